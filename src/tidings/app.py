@@ -1,0 +1,266 @@
+"""App: ties settings, Redis connections, the event dispatcher and channels together.
+
+Creating an App makes it current (as Celery's apps do), so the module helpers
+``event()``, ``dispatch()`` and ``Event.dispatch()`` act on it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tidings import _current
+from tidings.config import Settings
+from tidings.errors import PayloadRejected
+from tidings.events.dispatcher import Dispatcher, EventKey, ListenerLike, QueuedTarget
+from tidings.events.listener import set_current_dispatcher_provider
+from tidings.events.queued import CallQueuedListener
+from tidings.queue.events import JobQueued
+from tidings.queue.job import Job, PendingDispatch, option
+from tidings.queue.payload import JobBody
+from tidings.queue.producer import prepare
+from tidings.queue.redis_queue import RedisQueue
+from tidings.queue.signing import Signer, parse_keys
+
+
+def _caller_package() -> str | None:
+    """The top-level package of the code that created the App."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = str(frame.f_globals.get("__name__", ""))
+        if not name.startswith("tidings") and name != "__main__":
+            return name.partition(".")[0] or None
+        if name == "__main__":
+            spec = frame.f_globals.get("__spec__")
+            return spec.name.partition(".")[0] if spec is not None else None
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+class App:
+    """A tidings application.
+
+    Args:
+        redis_url, key, mail_url, mail_from, sms_url, webhook_secret, allowed_modules,
+        retry_after, prefix, webhook_allow_private, templates, max_payload_bytes:
+            as the ``TIDINGS_*`` variables of the same name (keywords win).
+        connections: extra named Redis URLs for ``on_connection(name)``.
+        env: read settings from the environment as well (``from_env`` sets it).
+    """
+
+    def __init__(self, *, env: bool = True, home: str | Path = ".tidings", **options: Any) -> None:
+        self.settings = Settings.resolve(
+            options, None if env else {}, home=Path(home), app_package=_caller_package()
+        )
+        self.signer = Signer(parse_keys(self.settings.key))
+        self._queues: dict[str | None, RedisQueue] = {}
+        self._queues_used: set[str] = {"default"}
+        self._allowed = tuple(self.settings.allowed_modules)
+        self.events = Dispatcher(queue_listener=self._queue_listener, queue_listener_async=self._queue_listener_async)
+        self.job_middleware: list[Any] = []
+        self._extensions: dict[str, Any] = {}
+        self.make_current()
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> App:
+        """An App configured from ``TIDINGS_*`` variables (keywords override)."""
+        return cls(env=True, **overrides)
+
+    def make_current(self) -> App:
+        """Make this the App the module helpers use."""
+        _current.set_current(self)
+        set_current_dispatcher_provider(lambda: _current.current().events)
+        return self
+
+    @staticmethod
+    def current() -> App:
+        """The current App."""
+        app: App = _current.current()
+        return app
+
+    # -- queue plumbing ----------------------------------------------------------------
+
+    @property
+    def retry_after_s(self) -> float:
+        """Seconds a reservation lasts."""
+        return self.settings.retry_after
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """Largest envelope accepted, at dispatch and at pop."""
+        return self.settings.max_payload_bytes
+
+    def queue_for(self, connection: str | None = None) -> RedisQueue:
+        """The queues behind the named connection (None: the default)."""
+        rq = self._queues.get(connection)
+        if rq is None:
+            url = self.settings.redis_url
+            if connection is not None:
+                try:
+                    url = self.settings.connections[connection]
+                except KeyError:
+                    from tidings.errors import ConfigurationError
+
+                    raise ConfigurationError(f"unknown connection {connection!r}") from None
+            rq = self._queues[connection] = RedisQueue(url, self.settings.prefix)
+        return rq
+
+    def is_allowed(self, module: str) -> bool:
+        """Whether a worker may import ``module`` (by the allowed prefixes)."""
+        return any(module == p or module.startswith(p + ".") for p in self._allowed)
+
+    def resolve_class(self, path: str) -> Any:
+        """Import ``module:QualName``, only under the allowed module prefixes.
+
+        Raises:
+            PayloadRejected: outside the allowed modules, or not found.
+        """
+        module, _, qualname = path.partition(":")
+        if not module or not qualname or not self.is_allowed(module):
+            raise PayloadRejected(f"unknown job type {path!r}: not under the allowed modules {self._allowed}")
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as exc:
+            raise PayloadRejected(f"unknown job type {path!r}: {exc}") from exc
+        return obj
+
+    def emit(self, event: object) -> None:
+        """Announce a lifecycle event to its listeners (cheap when there are none)."""
+        if self.events.has_listeners(type(event)):
+            self.events.dispatch(event)
+
+    async def run_job_pipeline(self, job: Job, call: Callable[[], Awaitable[Any]]) -> Any:
+        """Run ``call`` through the job's middleware (outermost first)."""
+        layers = [*self.job_middleware, *job.middleware()]
+        if not layers:
+            return await call()
+        from tidings.queue.middleware import run_through
+
+        return await run_through(layers, job, call)
+
+    async def after_success(self, job: Job, body: JobBody, queue: str) -> None:
+        """Push the next link of a chain (see :mod:`tidings.queue.chain`)."""
+        from tidings.queue.chain import push_next
+
+        await push_next(self, body, queue)
+
+    async def after_failure(self, job: Job | None, body: JobBody, queue: str) -> None:
+        """Push a failed chain's catch callback."""
+        from tidings.queue.chain import push_catch
+
+        await push_catch(self, body)
+
+    # -- dispatching jobs --------------------------------------------------------------
+
+    def _prepared(self, pending: PendingDispatch) -> tuple[RedisQueue, str, str, bytes, float]:
+        queue, job_id, envelope, delay = prepare(pending, self.signer, max_bytes=self.max_payload_bytes)
+        conn = pending.connection or option(pending.job.option_source(), "connection")
+        self._queues_used.add(queue)
+        return self.queue_for(conn), queue, job_id, envelope, delay
+
+    def push_pending(self, pending: PendingDispatch) -> str:
+        """Push a job with its dispatch options; returns its id."""
+        rq, queue, job_id, envelope, delay = self._prepared(pending)
+        rq.push(queue, [(job_id, envelope)], delay)
+        self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
+        return job_id
+
+    async def push_pending_async(self, pending: PendingDispatch) -> str:
+        """Async twin of :meth:`push_pending`."""
+        rq, queue, job_id, envelope, delay = self._prepared(pending)
+        await rq.push_async(queue, [(job_id, envelope)], delay)
+        self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
+        return job_id
+
+    def _grouped(self, jobs: Iterable[Job | PendingDispatch]) -> tuple[list[str], dict[Any, list[tuple[str, bytes]]]]:
+        ids: list[str] = []
+        groups: dict[Any, list[tuple[str, bytes]]] = {}
+        for item in jobs:
+            pending = item if isinstance(item, PendingDispatch) else PendingDispatch(item)
+            rq, queue, job_id, envelope, delay = self._prepared(pending)
+            groups.setdefault((id(rq), rq, queue, delay), []).append((job_id, envelope))
+            ids.append(job_id)
+        return ids, groups
+
+    def dispatch_many(self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000) -> list[str]:
+        """Push many jobs, one round trip per batch per queue; returns their ids.
+
+        Every job is encoded before anything is pushed, so a SerializationError
+        leaves the queues untouched.
+        """
+        ids, groups = self._grouped(jobs)
+        for (_, rq, queue, delay), items in groups.items():
+            for start in range(0, len(items), batch_size):
+                rq.push(queue, items[start : start + batch_size], delay)
+        return ids
+
+    async def dispatch_many_async(self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000) -> list[str]:
+        """Async twin of :meth:`dispatch_many`."""
+        ids, groups = self._grouped(jobs)
+        for (_, rq, queue, delay), items in groups.items():
+            for start in range(0, len(items), batch_size):
+                await rq.push_async(queue, items[start : start + batch_size], delay)
+        return ids
+
+    def job_status(self, job_id: str, queue: str | None = None) -> str | None:
+        """pending / delayed / reserved / done / failed, or None once no record is left."""
+        queues = [queue] if queue else sorted(self._queues_used)
+        return self.queue_for(None).status(job_id, queues)
+
+    # -- events ------------------------------------------------------------------------
+
+    def _queued_job(self, target: QueuedTarget, args: tuple[Any, ...]) -> PendingDispatch:
+        return PendingDispatch(CallQueuedListener.for_target(target, args))
+
+    def _queue_listener(self, target: QueuedTarget, args: tuple[Any, ...]) -> str:
+        return self.push_pending(self._queued_job(target, args))
+
+    async def _queue_listener_async(self, target: QueuedTarget, args: tuple[Any, ...]) -> str:
+        return await self.push_pending_async(self._queued_job(target, args))
+
+    def listen(self, event: EventKey, listener: ListenerLike | Sequence[ListenerLike]) -> None:
+        """Register listener(s) for an event class or name."""
+        self.events.listen(event, listener)
+
+    def listener(self, event: EventKey) -> Callable[[Any], Any]:
+        """Decorator form of :meth:`listen`."""
+        return self.events.listener(event)
+
+    def subscribe(self, subscriber: object) -> None:
+        """Register a subscriber (a class or object with ``subscribe(app)``)."""
+        self.events.subscribe(subscriber)
+
+    def forget(self, event: EventKey) -> None:
+        """Remove every listener of an event."""
+        self.events.forget(event)
+
+    def discover(self, package: str) -> list[tuple[type[Any], type[Any]]]:
+        """Register every Listener under ``package`` by its ``handle`` type hint."""
+        return self.events.discover(package)
+
+    def dispatch(self, event: Any, *args: Any) -> Any:
+        """Dispatch an event (object or name) to its listeners; a Job is pushed instead."""
+        if isinstance(event, (Job, PendingDispatch)):
+            return (event if isinstance(event, PendingDispatch) else PendingDispatch(event)).dispatch()
+        return self.events.dispatch(event, *args)
+
+    async def dispatch_async(self, event: Any, *args: Any) -> Any:
+        """Async twin of :meth:`dispatch`: async listeners are awaited."""
+        if isinstance(event, (Job, PendingDispatch)):
+            pending = event if isinstance(event, PendingDispatch) else PendingDispatch(event)
+            return await pending.dispatch_async()
+        return await self.events.dispatch_async(event, *args)
+
+    def until(self, event: Any, *args: Any) -> Any:
+        """The first non-None listener result."""
+        return self.events.until(event, *args)
+
+    def close(self) -> None:
+        """Close sync Redis connections."""
+        for rq in self._queues.values():
+            rq.close()

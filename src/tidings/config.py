@@ -1,0 +1,104 @@
+"""App settings from keywords or the environment.
+
+Every setting has an ``App(...)`` keyword and a ``TIDINGS_*`` variable of the same name
+(upper case). Keywords win over the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tidings.embedded import embedded_key, ensure_embedded
+from tidings.errors import ConfigurationError
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+@dataclass(slots=True)
+class Settings:
+    """Resolved configuration of one App."""
+
+    redis_url: str
+    key: str
+    mail_url: str = "file://./.tidings/outbox"
+    mail_from: str = "tidings@localhost"
+    sms_url: str = "log://"
+    webhook_secret: str | None = None
+    allowed_modules: tuple[str, ...] = ("tidings",)
+    retry_after: float = 90.0
+    prefix: str = "tidings"
+    webhook_allow_private: bool = False
+    templates: str | None = None
+    max_payload_bytes: int = 1024 * 1024
+    connections: dict[str, str] = field(default_factory=dict)
+    embedded: bool = False
+
+    @classmethod
+    def resolve(
+        cls,
+        options: Mapping[str, object],
+        env: Mapping[str, str] | None = None,
+        *,
+        home: Path = Path(".tidings"),
+        app_package: str | None = None,
+    ) -> Settings:
+        """Merge keyword ``options`` over ``env`` (``os.environ`` by default)."""
+        env = os.environ if env is None else env
+
+        def get(name: str) -> object | None:
+            if options.get(name) is not None:
+                return options[name]
+            value = env.get(f"TIDINGS_{name.upper()}")
+            return value if value not in (None, "") else None
+
+        url = get("redis_url") or env.get("REDIS_URL") or None
+        embedded = url is None
+        if embedded:
+            url = ensure_embedded(home)
+        key = get("key")
+        if key is None:
+            if not embedded:
+                raise ConfigurationError(
+                    "TIDINGS_KEY (or App(key=...)) is required when TIDINGS_REDIS_URL is set"
+                )
+            key = embedded_key(home)
+        allowed = get("allowed_modules")
+        if isinstance(allowed, str):
+            modules = tuple(m.strip() for m in allowed.split(",") if m.strip())
+        elif allowed is not None:
+            modules = tuple(str(m) for m in allowed)  # type: ignore[attr-defined]
+        else:
+            modules = tuple(m for m in (app_package,) if m)
+        if "tidings" not in modules:
+            modules = (*modules, "tidings")
+        settings = cls(redis_url=str(url), key=str(key), allowed_modules=modules, embedded=embedded)
+        for name in ("mail_url", "mail_from", "sms_url", "webhook_secret", "prefix", "templates"):
+            value = get(name)
+            if value is not None:
+                setattr(settings, name, str(value))
+        for name in ("retry_after",):
+            value = get(name)
+            if value is not None:
+                settings.retry_after = _number(name, value)
+        value = get("max_payload_bytes")
+        if value is not None:
+            settings.max_payload_bytes = int(_number("max_payload_bytes", value))
+        value = get("webhook_allow_private")
+        if value is not None:
+            settings.webhook_allow_private = value is True or str(value).lower() in _TRUE
+        conns = options.get("connections")
+        if isinstance(conns, Mapping):
+            settings.connections = {str(k): str(v) for k, v in conns.items()}
+        if settings.retry_after <= 0:
+            raise ConfigurationError("retry_after must be positive")
+        return settings
+
+
+def _number(name: str, value: object) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"{name} must be a number, not {value!r}") from exc

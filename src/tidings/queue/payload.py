@@ -1,0 +1,120 @@
+"""The wire format of a job.
+
+A job is stored as an *envelope*, the exact bytes::
+
+    {"sig":"<64 hex chars>","body":<body JSON>}
+
+The signature is an HMAC-SHA256 over the raw body bytes, so a worker checks it before it
+parses anything, and the envelope is still one JSON document for tools that read it.
+
+Body fields (:class:`JobBody`):
+
+``uuid``           the job id (32 hex chars); must equal the id it was queued under
+``displayName``    a readable name for logs and the failed store
+``job``            the handler class as ``module:QualName`` (a Job subclass)
+``data``           the encoded job object (see :mod:`tidings.queue.serializer`)
+``maxTries``       how many reservations are allowed (None: the worker's ``--tries``)
+``maxExceptions``  how many exceptions are allowed before failing (None: unlimited)
+``backoff``        seconds before retry: a list per attempt, or ``{"exp": base, "max": cap}``
+``timeout``        seconds a run may take (None: the worker's ``--timeout``)
+``retryUntil``     epoch seconds after which the job fails instead of retrying
+``pushedAt``       epoch seconds at dispatch (measures enqueue-to-start wait)
+``chain``          bodies of the jobs to run after this one succeeds, in order
+``chainCatch``     encoded callback run once when a chained job finally fails
+
+``attempts`` is not in the body: the scripts count it beside it, so Lua never rewrites a
+signed body.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+import orjson
+
+from tidings.errors import PayloadRejected, PayloadTooLarge
+from tidings.queue.signing import Signer
+
+_HEAD = b'{"sig":"'
+_MID = b'","body":'
+_SIG_LEN = 64
+_BODY_AT = len(_HEAD) + _SIG_LEN + len(_MID)
+
+
+class JobBody(TypedDict):
+    """The signed body of a job."""
+
+    uuid: str
+    displayName: str
+    job: str
+    data: Any
+    maxTries: int | None
+    maxExceptions: int | None
+    backoff: Any
+    timeout: float | None
+    retryUntil: float | None
+    pushedAt: float
+    chain: list[Any]
+    chainCatch: Any
+
+
+_REQUIRED: dict[str, tuple[type, ...]] = {
+    "uuid": (str,),
+    "displayName": (str,),
+    "job": (str,),
+    "maxTries": (int, type(None)),
+    "maxExceptions": (int, type(None)),
+    "timeout": (int, float, type(None)),
+    "retryUntil": (int, float, type(None)),
+    "pushedAt": (int, float),
+    "chain": (list,),
+}
+
+
+def seal(body: JobBody, signer: Signer, *, max_bytes: int) -> bytes:
+    """Encode and sign ``body`` into envelope bytes.
+
+    Raises:
+        PayloadTooLarge: the envelope is over ``max_bytes``; nothing was pushed.
+    """
+    raw = orjson.dumps(body)
+    envelope = b"".join((_HEAD, signer.sign(raw).encode(), _MID, raw, b"}"))
+    if len(envelope) > max_bytes:
+        raise PayloadTooLarge(
+            f"payload of {body['displayName']} is {len(envelope)} bytes; the limit is {max_bytes}"
+        )
+    return envelope
+
+
+def open_envelope(envelope: bytes, signer: Signer, *, job_id: str) -> JobBody:
+    """Verify and parse an envelope.
+
+    Raises:
+        PayloadRejected: unsigned, tampered, malformed, or queued under another id.
+    """
+    if not (
+        envelope.startswith(_HEAD)
+        and envelope[_BODY_AT - len(_MID) : _BODY_AT] == _MID
+        and envelope.endswith(b"}")
+    ):
+        raise PayloadRejected("bad signature: payload is not a signed envelope")
+    raw = envelope[_BODY_AT:-1]
+    if not signer.verify(raw, envelope[len(_HEAD) : len(_HEAD) + _SIG_LEN]):
+        raise PayloadRejected("bad signature: payload was not signed with this app's key")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise PayloadRejected(f"malformed payload: {exc}") from exc
+    if not isinstance(body, dict):
+        raise PayloadRejected("malformed payload: body is not an object")
+    for name, types in _REQUIRED.items():
+        if name not in body:
+            raise PayloadRejected(f"malformed payload: missing field {name!r}")
+        value = body[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise PayloadRejected(f"malformed payload: field {name!r} has the wrong type")
+    if "data" not in body:
+        raise PayloadRejected("malformed payload: missing field 'data'")
+    if body["uuid"] != job_id:
+        raise PayloadRejected("malformed payload: body id does not match the queued id")
+    return body  # type: ignore[return-value]

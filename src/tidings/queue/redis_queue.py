@@ -1,0 +1,316 @@
+"""One Redis connection's queues: the producer's pushes and the operator's commands.
+
+The worker's moves (pop, ack, release, fail, extend) live in :mod:`tidings.queue.broker`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis
+import redis.asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from tidings.errors import QueueUnavailable
+from tidings.queue import scripts
+from tidings.queue.connection import async_client, sync_client
+from tidings.queue.keys import QueueKeys, queue_pattern, restart_key
+
+_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+DONE_KEEP_MS = 3600 * 1000
+DONE_MAX = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class FailedJob:
+    """One record of the failed store."""
+
+    id: str
+    queue: str
+    name: str
+    failed_at: float
+    exception: str
+    attempts: int
+    payload: bytes
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON shape of ``failed list --json``."""
+        return {
+            "id": self.id,
+            "queue": self.queue,
+            "name": self.name,
+            "failed_at": self.failed_at,
+            "exception": self.exception,
+        }
+
+
+def _translate(exc: BaseException, what: str) -> QueueUnavailable | BaseException:
+    if isinstance(exc, ResponseError) and "OOM" in str(exc):
+        return QueueUnavailable(f"{what}: Redis is out of memory (maxmemory reached)")
+    if isinstance(exc, _UNAVAILABLE):
+        return QueueUnavailable(f"{what}: Redis unavailable ({type(exc).__name__}: {exc})")
+    return exc
+
+
+@contextmanager
+def _guard(what: str) -> Iterator[None]:
+    try:
+        yield
+    except (*_UNAVAILABLE, ResponseError) as exc:
+        translated = _translate(exc, what)
+        if translated is exc:
+            raise
+        raise translated from exc
+
+
+@asynccontextmanager
+async def _aguard(what: str) -> Any:
+    try:
+        yield
+    except (*_UNAVAILABLE, ResponseError) as exc:
+        translated = _translate(exc, what)
+        if translated is exc:
+            raise
+        raise translated from exc
+
+
+class RedisQueue:
+    """The queues behind one Redis URL and key prefix."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        self.url = url
+        self.prefix = prefix
+        self._keys: dict[str, QueueKeys] = {}
+        self._sync: redis.Redis | None = None
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis]
+        self._async = weakref.WeakKeyDictionary()
+
+    def keys(self, queue: str) -> QueueKeys:
+        """Key names of ``queue`` (cached)."""
+        k = self._keys.get(queue)
+        if k is None:
+            k = self._keys[queue] = QueueKeys.build(self.prefix, queue)
+        return k
+
+    @property
+    def client(self) -> redis.Redis:
+        """The sync client (created on first use)."""
+        if self._sync is None:
+            self._sync = sync_client(self.url)
+        return self._sync
+
+    def aclient(self) -> redis.asyncio.Redis:
+        """The asyncio client of the running event loop (one per loop)."""
+        loop = asyncio.get_running_loop()
+        c = self._async.get(loop)
+        if c is None:
+            c = self._async[loop] = async_client(self.url)
+        return c
+
+    def close(self) -> None:
+        """Close the sync client's connections."""
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
+
+    # -- producing -------------------------------------------------------------------
+
+    @staticmethod
+    def _push_args(items: Sequence[tuple[str, bytes]]) -> list[scripts.Arg]:
+        args: list[scripts.Arg] = []
+        for job_id, envelope in items:
+            args += (job_id, envelope)
+        return args
+
+    def push(self, queue: str, items: Sequence[tuple[str, bytes]], delay_s: float = 0.0) -> None:
+        """Push ``(id, envelope)`` items in one round trip.
+
+        Raises:
+            QueueUnavailable: Redis could not be reached; nothing was written.
+        """
+        k = self.keys(queue)
+        with _guard(f"push to {queue!r}"):
+            if delay_s > 0:
+                args = [int(delay_s * 1000), *self._push_args(items)]
+                scripts.LATER.call(self.client, [k.delayed, k.notify, k.jobs], args)
+            else:
+                scripts.PUSH.call(self.client, [k.ready, k.notify, k.jobs], self._push_args(items))
+
+    async def push_async(
+        self, queue: str, items: Sequence[tuple[str, bytes]], delay_s: float = 0.0
+    ) -> None:
+        """Async twin of :meth:`push`."""
+        k = self.keys(queue)
+        client = self.aclient()
+        async with _aguard(f"push to {queue!r}"):
+            if delay_s > 0:
+                args = [int(delay_s * 1000), *self._push_args(items)]
+                await scripts.LATER.acall(client, [k.delayed, k.notify, k.jobs], args)
+            else:
+                await scripts.PUSH.acall(client, [k.ready, k.notify, k.jobs], self._push_args(items))
+
+    # -- operating -------------------------------------------------------------------
+
+    def queue_names(self) -> list[str]:
+        """Every queue that has held a job, by scanning key names."""
+        names: set[str] = set()
+        pattern = queue_pattern(self.prefix)
+        start = len(f"{self.prefix}:queue:{{")
+        for key in self.client.scan_iter(match=pattern, count=500):
+            text = key.decode() if isinstance(key, bytes) else str(key)
+            names.add(text[start : text.rindex("}")])
+        for suffix in ("failed", "delayed"):
+            for key in self.client.scan_iter(match=f"{self.prefix}:queue:{{*}}:{suffix}"):
+                text = key.decode() if isinstance(key, bytes) else str(key)
+                names.add(text[start : text.rindex("}")])
+        return sorted(names)
+
+    def sizes(self, queues: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
+        """``{queue: {ready, delayed, reserved, failed}}`` for ``monitor``."""
+        names = list(queues) if queues else self.queue_names()
+        out: dict[str, dict[str, int]] = {}
+        with _guard("monitor"):
+            for name in names:
+                k = self.keys(name)
+                pipe = self.client.pipeline(transaction=False)
+                pipe.llen(k.ready)
+                pipe.zcard(k.delayed)
+                pipe.zcard(k.reserved)
+                pipe.zcard(k.failed)
+                ready, delayed, reserved, failed = pipe.execute()
+                out[name] = {"ready": ready, "delayed": delayed, "reserved": reserved, "failed": failed}
+        return out
+
+    def status(self, job_id: str, queues: Sequence[str]) -> str | None:
+        """pending / delayed / reserved / done / failed, or None when no record is left."""
+        with _guard("job_status"):
+            for name in queues:
+                k = self.keys(name)
+                pipe = self.client.pipeline(transaction=False)
+                pipe.zscore(k.reserved, job_id)
+                pipe.zscore(k.delayed, job_id)
+                pipe.hexists(k.jobs, job_id)
+                pipe.zscore(k.failed, job_id)
+                pipe.zscore(k.done, job_id)
+                reserved, delayed, exists, failed, done = pipe.execute()
+                if reserved is not None:
+                    return "reserved"
+                if delayed is not None:
+                    return "delayed"
+                if exists:
+                    return "pending"
+                if failed is not None:
+                    return "failed"
+                if done is not None:
+                    return "done"
+        return None
+
+    def clear(self, queue: str) -> int:
+        """Delete every waiting job of ``queue`` (ready and delayed); returns the count."""
+        k = self.keys(queue)
+        total = 0
+        while True:
+            n = int(scripts.CLEAR.call(self.client, [k.ready, k.delayed, k.jobs, k.attempts], [1000]))
+            total += n
+            if n == 0:
+                return total
+
+    def restart(self) -> None:
+        """Ask every worker to exit after its current jobs."""
+        t = self.client.time()
+        self.client.set(restart_key(self.prefix), f"{t[0]}.{t[1]:06d}")
+
+    def restart_requested_at(self) -> float:
+        """When ``restart`` was last asked for (Redis time), 0 if never."""
+        raw = self.client.get(restart_key(self.prefix))
+        return float(raw) if raw else 0.0
+
+    # -- the failed store ------------------------------------------------------------
+
+    def failed(self, queues: Sequence[str] | None = None) -> list[FailedJob]:
+        """Every failed record, oldest first."""
+        records: list[FailedJob] = []
+        for name in list(queues) if queues else self.queue_names():
+            k = self.keys(name)
+            for raw_id, score in self.client.zrange(k.failed, 0, -1, withscores=True):
+                job_id = raw_id.decode()
+                record = self._failed_record(name, job_id, score)
+                if record is not None:
+                    records.append(record)
+        records.sort(key=lambda r: r.failed_at)
+        return records
+
+    def _failed_record(self, queue: str, job_id: str, score: float) -> FailedJob | None:
+        k = self.keys(queue)
+        info_raw, body = self.client.hmget(k.failed_info, [job_id])[0], self.client.hget(
+            k.failed_body, job_id
+        )
+        try:
+            info = orjson.loads(info_raw) if info_raw else {}
+        except orjson.JSONDecodeError:
+            info = {"exception": "(unreadable failure record)"}
+        return FailedJob(
+            id=job_id,
+            queue=queue,
+            name=str(info.get("name", "?")),
+            failed_at=score / 1000.0,
+            exception=str(info.get("exception", "")),
+            attempts=int(info.get("attempts") or 0),
+            payload=body or b"",
+        )
+
+    def find_failed(self, job_id: str) -> FailedJob | None:
+        """The failed record with ``job_id``, in any queue."""
+        for name in self.queue_names():
+            score = self.client.zscore(self.keys(name).failed, job_id)
+            if score is not None:
+                return self._failed_record(name, job_id, score)
+        return None
+
+    def retry(self, ids: Sequence[str] | None = None) -> int:
+        """Move failed jobs (all when ``ids`` is None) back to their queues."""
+        moved = 0
+        for name in self.queue_names():
+            k = self.keys(name)
+            wanted = [i.decode() for i in self.client.zrange(k.failed, 0, -1)] if ids is None else list(ids)
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                keys = [k.ready, k.notify, k.jobs, k.attempts, k.failed, k.failed_info, k.failed_body]
+                moved += int(scripts.RETRY.call(self.client, keys, list(chunk)))
+        return moved
+
+    def forget(self, ids: Sequence[str]) -> int:
+        """Delete failed records by id."""
+        n = 0
+        for name in self.queue_names():
+            k = self.keys(name)
+            n += int(scripts.FORGET.call(self.client, [k.failed, k.failed_info, k.failed_body], ["ids", *ids]))
+        return n
+
+    def prune(self, older_than_s: float) -> int:
+        """Delete failed records older than ``older_than_s`` seconds (Redis time)."""
+        t = self.client.time()
+        cutoff = int((t[0] + t[1] / 1e6 - older_than_s) * 1000)
+        n = 0
+        for name in self.queue_names():
+            k = self.keys(name)
+            while True:
+                got = int(
+                    scripts.FORGET.call(self.client, [k.failed, k.failed_info, k.failed_body], ["prune", cutoff, 1000])
+                )
+                n += got
+                if got == 0:
+                    break
+        return n
+
+    def flush(self) -> int:
+        """Delete every failed record."""
+        return self.prune(-10**9)

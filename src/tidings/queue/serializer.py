@@ -1,0 +1,230 @@
+"""Type-tagged JSON for job, event and notification arguments. No pickle, ever.
+
+JSON values pass through as they are; everything else becomes a small tagged object
+``{"__t": tag, ...}``:
+
+=========  =====================================================  ======================
+tag        encodes                                                fields
+=========  =====================================================  ======================
+``dc``     dataclass instance (nested ones too)                   ``c`` class, ``f`` fields
+``obj``    instance of a tidings base (Job, Listener ...) w/o     ``c`` class, ``f`` vars
+           dataclass
+``m``      model with ``__queue_dump__``/``__queue_load__``       ``c`` class, ``v`` dump
+``enum``   Enum member                                            ``c`` class, ``v`` value
+``dt``/``date``/``time``/``td``  datetime, date, time, timedelta  ``v`` ISO text / seconds
+``dec``    Decimal                                                ``v`` text
+``uuid``   UUID                                                   ``v`` hex
+``b``      bytes                                                  ``v`` base64
+``tuple``/``set``/``fset``  tuple, set, frozenset                 ``v`` list
+``dict``   dict with non-str keys or a ``__t`` key                ``v`` [[k, v], ...]
+``int``    int beyond ±2**53 (JSON readers lose those)            ``v`` decimal text
+=========  =====================================================  ======================
+
+Classes are named ``module:QualName``. Decoding imports them only through the
+``resolve`` callable the worker passes in, which enforces the allowed module prefixes.
+Anything else raises :class:`~tidings.errors.SerializationError` naming the field path.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import enum
+import math
+import sys
+import uuid
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+from tidings.errors import SerializationError
+
+Resolver = Callable[[str], type[Any]]
+_MAX_SAFE_INT = 2**53
+
+
+def class_path(cls: type[Any]) -> str:
+    """The importable name of ``cls`` as ``module:QualName``.
+
+    Raises:
+        SerializationError: the class cannot be imported by a worker (defined inside a
+            function, or in a ``__main__`` script).
+    """
+    module = cls.__module__
+    if module == "__main__":
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        if spec is None or not spec.name:
+            raise SerializationError(
+                f"{cls.__qualname__} is defined in a __main__ script; a worker cannot "
+                "import it. Move it into a module (or run with python -m)."
+            )
+        module = spec.name
+    if "<locals>" in cls.__qualname__:
+        raise SerializationError(
+            f"{cls.__qualname__} is defined inside a function; a worker cannot import it"
+        )
+    return f"{module}:{cls.__qualname__}"
+
+
+def _join(path: str, part: str) -> str:
+    if part.startswith("["):
+        return f"{path}{part}"
+    return f"{path}.{part}" if path else part
+
+
+class _Encoder:
+    def __init__(self) -> None:
+        self._active: set[int] = set()
+
+    def encode(self, value: Any, path: str) -> Any:  # noqa: C901 - one flat dispatch
+        if value is None or isinstance(value, (bool, str)):
+            return value
+        if isinstance(value, int) and not isinstance(value, enum.Enum):
+            if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+                return value
+            return {"__t": "int", "v": str(value)}
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise SerializationError(f"float {value!r} has no JSON form", path=path)
+            return value
+        cls = type(value)
+        if hasattr(cls, "__queue_dump__") and hasattr(cls, "__queue_load__"):
+            return {"__t": "m", "c": class_path(cls), "v": self.encode(value.__queue_dump__(), path)}
+        if isinstance(value, enum.Enum):
+            return {"__t": "enum", "c": class_path(cls), "v": self.encode(value.value, path)}
+        if isinstance(value, dt.datetime):
+            return {"__t": "dt", "v": value.isoformat()}
+        if isinstance(value, dt.date):
+            return {"__t": "date", "v": value.isoformat()}
+        if isinstance(value, dt.time):
+            return {"__t": "time", "v": value.isoformat()}
+        if isinstance(value, dt.timedelta):
+            return {"__t": "td", "v": value.total_seconds()}
+        if isinstance(value, Decimal):
+            return {"__t": "dec", "v": str(value)}
+        if isinstance(value, uuid.UUID):
+            return {"__t": "uuid", "v": value.hex}
+        if isinstance(value, (bytes, bytearray)):
+            return {"__t": "b", "v": base64.b64encode(bytes(value)).decode("ascii")}
+        # Containers: guard against cycles, which JSON cannot express.
+        key = id(value)
+        if key in self._active:
+            raise SerializationError("circular reference", path=path)
+        self._active.add(key)
+        try:
+            return self._container(value, cls, path)
+        finally:
+            self._active.discard(key)
+
+    def _container(self, value: Any, cls: type[Any], path: str) -> Any:
+        if isinstance(value, list):
+            return [self.encode(v, _join(path, f"[{i}]")) for i, v in enumerate(value)]
+        if isinstance(value, tuple) and not hasattr(value, "_fields"):
+            return {"__t": "tuple", "v": [self.encode(v, _join(path, f"[{i}]")) for i, v in enumerate(value)]}
+        if isinstance(value, (set, frozenset)):
+            tag = "set" if isinstance(value, set) else "fset"
+            items = [self.encode(v, _join(path, f"[{i}]")) for i, v in enumerate(value)]
+            return {"__t": tag, "v": items}
+        if isinstance(value, dict):
+            if all(isinstance(k, str) for k in value) and "__t" not in value:
+                return {k: self.encode(v, _join(path, k)) for k, v in value.items()}
+            return {
+                "__t": "dict",
+                "v": [
+                    [self.encode(k, _join(path, f"[{k!r}]")), self.encode(v, _join(path, f"[{k!r}]"))]
+                    for k, v in value.items()
+                ],
+            }
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            fields = {
+                f.name: self.encode(getattr(value, f.name), _join(path, f.name))
+                for f in dataclasses.fields(value)
+            }
+            return {"__t": "dc", "c": class_path(cls), "f": fields}
+        if getattr(cls, "__tidings_serializable__", False) and hasattr(value, "__dict__"):
+            fields = {
+                k: self.encode(v, _join(path, k)) for k, v in vars(value).items() if not k.startswith("_tidings")
+            }
+            return {"__t": "obj", "c": class_path(cls), "f": fields}
+        raise SerializationError(
+            f"cannot queue a value of type {cls.__module__}.{cls.__qualname__}; use a "
+            "dataclass, a JSON type, or give the class __queue_dump__/__queue_load__",
+            path=path,
+        )
+
+
+def encode(value: Any, *, path: str = "") -> Any:
+    """Turn ``value`` into JSON-ready data with type tags.
+
+    Raises:
+        SerializationError: a value has no queued form; the message names its path.
+    """
+    return _Encoder().encode(value, path)
+
+
+def _plain(value: Any, resolve: Resolver) -> Any:
+    if isinstance(value, list):
+        return [decode(v, resolve) for v in value]
+    return value
+
+
+def decode(data: Any, resolve: Resolver) -> Any:  # noqa: C901 - one flat dispatch
+    """Rebuild the value :func:`encode` produced.
+
+    Args:
+        data: parsed JSON.
+        resolve: turns ``module:QualName`` into a class, refusing names outside the
+            allowed modules.
+
+    Raises:
+        SerializationError: unknown tag or malformed data.
+    """
+    if not isinstance(data, dict):
+        return _plain(data, resolve)
+    tag = data.get("__t")
+    if tag is None:
+        return {k: decode(v, resolve) for k, v in data.items()}
+    try:
+        if tag == "dc" or tag == "obj":
+            cls = resolve(data["c"])
+            obj = cls.__new__(cls)
+            # Bypass __init__/__post_init__: the object is restored, not created anew.
+            for name, raw in data["f"].items():
+                object.__setattr__(obj, name, decode(raw, resolve))
+            return obj
+        if tag == "m":
+            cls = resolve(data["c"])
+            return cls.__queue_load__(decode(data["v"], resolve))
+        if tag == "enum":
+            return resolve(data["c"])(decode(data["v"], resolve))
+        v = data["v"]
+        if tag == "dt":
+            return dt.datetime.fromisoformat(v)
+        if tag == "date":
+            return dt.date.fromisoformat(v)
+        if tag == "time":
+            return dt.time.fromisoformat(v)
+        if tag == "td":
+            return dt.timedelta(seconds=v)
+        if tag == "dec":
+            return Decimal(v)
+        if tag == "uuid":
+            return uuid.UUID(hex=v)
+        if tag == "b":
+            return base64.b64decode(v, validate=True)
+        if tag == "int":
+            return int(v)
+        if tag == "tuple":
+            return tuple(decode(x, resolve) for x in v)
+        if tag == "set":
+            return {decode(x, resolve) for x in v}
+        if tag == "fset":
+            return frozenset(decode(x, resolve) for x in v)
+        if tag == "dict":
+            return {decode(k, resolve): decode(x, resolve) for k, x in v}
+    except SerializationError:
+        raise
+    except Exception as exc:
+        raise SerializationError(f"malformed {tag!r} value: {exc}") from exc
+    raise SerializationError(f"unknown type tag {tag!r}")
