@@ -26,7 +26,7 @@ from tidings.errors import (
 )
 from tidings.events.dispatcher import Dispatcher
 from tidings.events.listener import Event, Listener, ShouldQueue, queued
-from tidings.events.queued import CallQueuedListener
+from tidings.events.call_queued import CallQueuedListener
 from tidings.queue.backoff import Exponential
 from tidings.queue.chain import chain
 from tidings.queue.job import Job, PendingDispatch

@@ -17,7 +17,7 @@ from tidings.config import Settings
 from tidings.errors import PayloadRejected
 from tidings.events.dispatcher import Dispatcher, EventKey, ListenerLike, QueuedTarget
 from tidings.events.listener import set_current_dispatcher_provider
-from tidings.events.queued import CallQueuedListener
+from tidings.events.call_queued import CallQueuedListener
 from tidings.queue.events import JobQueued
 from tidings.queue.job import Job, PendingDispatch, option
 from tidings.queue.payload import JobBody
@@ -61,7 +61,7 @@ class App:
         self._allowed = tuple(self.settings.allowed_modules)
         self.events = Dispatcher(queue_listener=self._queue_listener, queue_listener_async=self._queue_listener_async)
         self.job_middleware: list[Any] = []
-        self._extensions: dict[str, Any] = {}
+        self._notifications: Any = None
         self.make_current()
 
     @classmethod
@@ -259,6 +259,35 @@ class App:
     def until(self, event: Any, *args: Any) -> Any:
         """The first non-None listener result."""
         return self.events.until(event, *args)
+
+    # -- notifications -----------------------------------------------------------------
+
+    @property
+    def notifications(self) -> Any:
+        """The NotificationSender (created on first use)."""
+        if self._notifications is None:
+            from tidings.notifications.sender import NotificationSender
+
+            self._notifications = NotificationSender(self)
+        return self._notifications
+
+    @notifications.setter
+    def notifications(self, sender: Any) -> None:
+        self._notifications = sender
+
+    def notify(self, notifiables: Any, notification: Any) -> list[str]:
+        """Send (or queue) ``notification`` to one or many notifiables; returns job ids."""
+        ids: list[str] = self.notifications.send(notifiables, notification)
+        return ids
+
+    async def notify_async(self, notifiables: Any, notification: Any) -> list[str]:
+        """Async twin of :meth:`notify`."""
+        ids: list[str] = await self.notifications.send_async(notifiables, notification)
+        return ids
+
+    def extend_channel(self, name: str, factory: Callable[..., Any]) -> None:
+        """Add a notification channel: a class with ``async send(notifiable, notification)``."""
+        self.notifications.channels.extend(name, factory)
 
     def close(self) -> None:
         """Close sync Redis connections."""

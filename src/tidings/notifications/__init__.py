@@ -1,0 +1,31 @@
+"""Notifications: Notification, Notifiable, messages, on-demand routes and channels.
+
+::
+
+    class InvoicePaid(Notification, ShouldQueue):
+        def via(self, notifiable): return ["mail", "sms", "webhook"]
+        def to_mail(self, notifiable): return MailMessage().subject("Paid").line("Thanks!")
+
+    user.notify(InvoicePaid(invoice))
+"""
+
+from tidings.notifications.events import NotificationFailed, NotificationSending, NotificationSent
+from tidings.notifications.messages import MailMessage, SmsMessage, WebhookMessage
+from tidings.notifications.notification import AnonymousNotifiable, Notifiable, Notification, route
+from tidings.notifications.queued import SendQueuedNotification
+from tidings.notifications.webhooks import verify_webhook
+
+__all__ = [
+    "AnonymousNotifiable",
+    "MailMessage",
+    "Notifiable",
+    "Notification",
+    "NotificationFailed",
+    "NotificationSending",
+    "NotificationSent",
+    "SendQueuedNotification",
+    "SmsMessage",
+    "WebhookMessage",
+    "route",
+    "verify_webhook",
+]

@@ -1,0 +1,156 @@
+"""What every transport shares: the delivery result, secret redaction, Retry-After.
+
+Transports know nothing about notifiables or the queue: they take a finished message
+and a ``delivery_id`` (stable across retries, so a receiver can de-duplicate) and
+either return a :class:`DeliveryResult` or raise a
+:class:`~tidings.errors.TransientChannelError` (retry) /
+:class:`~tidings.errors.PermanentChannelError` (give up). Every error message passes
+through :func:`redact` first, because messages end up in logs and the failed store.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import urllib.parse
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+from tidings import _clock
+
+__all__ = [
+    "MAX_RETRY_AFTER_S",
+    "REDACTED",
+    "DeliveryResult",
+    "parse_query",
+    "parse_retry_after",
+    "redact",
+    "safe_cause",
+    "shorten",
+]
+
+REDACTED = "[REDACTED]"
+#: Longest delay a peer's ``Retry-After`` may impose (a "10 days" header is capped).
+MAX_RETRY_AFTER_S = 3600.0
+
+# Credentials that look like credentials, whoever they belong to: an echoed
+# Authorization header, Basic/Bearer tokens, Standard Webhooks secrets, URL userinfo.
+_PATTERNS = (
+    re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*)[^\r\n]+"),
+    re.compile(r"(?i)\b((?:basic|bearer)\s+)[A-Za-z0-9+/=._~-]{4,}"),
+    re.compile(r"whsec_[A-Za-z0-9+/=]+"),
+    re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]*:[^/\s@]*@"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryResult:
+    """What a transport reports after handing a message over.
+
+    Attributes:
+        channel: ``mail``, ``sms`` or ``webhook``.
+        delivery_id: the stable id the message carried (Message-ID, webhook-id,
+            idempotency key).
+        response: the peer's reply, shortened and redacted (for SMTP it also lists
+            recipients the server refused).
+        provider_id: the provider's id for the message (Twilio SID, Vonage id).
+        status: SMTP reply code or HTTP status, when there is one.
+    """
+
+    channel: str
+    delivery_id: str
+    response: str
+    provider_id: str | None = None
+    status: int | None = None
+
+
+def _variants(secret: str) -> set[str]:
+    forms = {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}
+    forms.add(base64.b64encode(secret.encode()).decode("ascii"))
+    return {form for form in forms if form}
+
+
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """Remove secrets from ``text`` before it is logged or raised.
+
+    Each secret is removed verbatim and in its URL-encoded and base64 forms; for a
+    ``user:password`` pair pass both parts and the joined ``user:password`` too, so
+    the Basic-auth encoding of the pair is caught. Whatever looks like an
+    Authorization value, a Basic/Bearer token, a ``whsec_`` secret or URL userinfo
+    is removed as well.
+
+    Args:
+        text: the message to clean.
+        secrets: strings that must not appear; empty ones are ignored.
+
+    Returns:
+        ``text`` with every secret replaced by ``[REDACTED]``.
+    """
+    forms: set[str] = set()
+    for secret in secrets:
+        if secret:
+            forms |= _variants(secret)
+    # Longest first, so a secret that contains another is removed whole.
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, REDACTED)
+    for pattern in _PATTERNS:
+        text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + REDACTED, text)
+    return text
+
+
+def safe_cause(exc: BaseException, secrets: Iterable[str | None]) -> BaseException | None:
+    """Return ``exc`` to chain (``raise … from``) only if its text carries no secret.
+
+    Chained exceptions are printed in tracebacks and failed-store records, so one
+    whose message would need redacting is dropped from the chain instead.
+    """
+    text = str(exc)
+    return exc if redact(text, secrets) == text else None
+
+
+def shorten(text: str, limit: int = 300) -> str:
+    """Collapse whitespace and cut ``text`` to ``limit`` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Parse a ``Retry-After`` header: delay-seconds or an HTTP-date.
+
+    Args:
+        value: the header value, or None when absent.
+        now: current Unix time, for HTTP-dates (defaults to the clock).
+
+    Returns:
+        Seconds to wait, between 0 and :data:`MAX_RETRY_AFTER_S`; None when the
+        header is absent or junk (the caller's own backoff applies then).
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER_S)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    current = _clock.now() if now is None else now
+    delay = (when - datetime.fromtimestamp(current, UTC)).total_seconds()
+    return min(max(delay, 0.0), MAX_RETRY_AFTER_S)
+
+
+def parse_query(query: str) -> dict[str, str]:
+    """Parse a DSN query string, keeping ``+`` literal (``?from=+15551234567``).
+
+    ``urllib.parse.parse_qs`` would turn that ``+`` into a space, as HTML forms do.
+    """
+    params: dict[str, str] = {}
+    for pair in query.split("&"):
+        if pair:
+            key, _, value = pair.partition("=")
+            params[urllib.parse.unquote(key)] = urllib.parse.unquote(value)
+    return params

@@ -1,0 +1,462 @@
+"""Mail transports: SMTP (aiosmtplib), ``.eml`` files, or the log.
+
+DSNs (Symfony Mailer style)::
+
+    smtp://user:pass@host:587      STARTTLS when the server offers it
+    smtp://host:25?tls=required    STARTTLS or fail;  ?tls=off never (plain text)
+    smtps://user:pass@host:465     implicit TLS
+    file:///abs/outbox             one <delivery_id>.eml per message (file://./rel works)
+    log://                         a summary line on the ``tidings.mail`` logger
+
+Every transport checks the whole message first — each header of each MIME part for
+CR/LF/control characters, each address in From/To/Cc/Bcc — and only then touches
+the network or disk, so a malformed or hostile message opens no SMTP session.
+
+SMTP outcome mapping: connection refused, timeouts, ``421`` and other ``4xx`` ->
+:class:`TransientChannelError`; ``5xx``, authentication failure, TLS certificate
+failure -> :class:`PermanentChannelError`. If the server refuses some recipients and
+accepts others the message is delivered to the accepted ones and the refusals are
+listed in :attr:`DeliveryResult.response` (retrying would duplicate it for the rest).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import ssl
+import tempfile
+import urllib.parse
+from email.message import EmailMessage
+from email.policy import default as default_policy
+from pathlib import Path
+from typing import Literal, Protocol
+
+import aiosmtplib
+
+from tidings.errors import (
+    ChannelError,
+    ConfigurationError,
+    PermanentChannelError,
+    TransientChannelError,
+    ValidationError,
+)
+from tidings.notifications.channels.base import (
+    DeliveryResult,
+    parse_query,
+    redact,
+    safe_cause,
+    shorten,
+)
+from tidings.notifications.messages import message_id_for
+from tidings.notifications.net import dns_error
+from tidings.notifications.validation import (
+    validate_email,
+    validate_header,
+    validate_header_name,
+    validate_sender,
+)
+
+__all__ = [
+    "FileMailTransport",
+    "LogMailTransport",
+    "MailTransport",
+    "SmtpTransport",
+    "mail_transport_from_url",
+    "prepare_envelope",
+]
+
+_log = logging.getLogger("tidings.mail")
+TlsMode = Literal["auto", "required", "off", "implicit"]
+_ADDRESS_HEADERS = ("From", "Sender", "Reply-To", "To", "Cc", "Bcc")
+
+
+class MailTransport(Protocol):
+    """Sends finished MIME messages; one instance is shared by a worker's jobs."""
+
+    async def send(self, email: EmailMessage, delivery_id: str) -> DeliveryResult:
+        """Deliver ``email``; ``delivery_id`` is stable across retries of the same mail."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections; the transport may not be used afterwards."""
+        ...
+
+
+def prepare_envelope(
+    email: EmailMessage, delivery_id: str, mail_from: str
+) -> tuple[str, list[str]]:
+    """Validate a message completely and work out its SMTP envelope.
+
+    Sets ``Message-ID: <{delivery_id}@tidings>`` when the message has none.
+
+    Args:
+        email: the message.
+        delivery_id: the stable delivery id.
+        mail_from: sender to use when the message has no From header.
+
+    Returns:
+        ``(envelope_sender, recipients)``: the addr-specs of From and of To, Cc and
+        Bcc, de-duplicated in order.
+
+    Raises:
+        ValidationError: a header or address is invalid, or there is no recipient.
+    """
+    message_id = message_id_for(delivery_id)
+    for part in email.walk():
+        for name, value in part.items():
+            validate_header_name(name)
+            validate_header(str(value), name.lower())
+    addresses: dict[str, list[str]] = {}
+    for name in _ADDRESS_HEADERS:
+        for raw in email.get_all(name, []):
+            # Re-parse from text so a compat32 message is held to the same rules.
+            header = default_policy.header_factory(name, str(raw))
+            field = name.lower().replace("-", "_")
+            if header.defects or not hasattr(header, "addresses"):
+                raise ValidationError("malformed address header", field=field)
+            for address in header.addresses:
+                if name in ("From", "Sender"):
+                    validate_sender(address.addr_spec, field)
+                    addresses.setdefault(name, []).append(address.addr_spec)
+                else:
+                    addresses.setdefault(name, []).append(validate_email(address.addr_spec, field))
+    senders = addresses.get("From", [])
+    if len(senders) > 1:
+        raise ValidationError("exactly one From address is allowed", field="from")
+    sender = senders[0] if senders else validate_sender(mail_from)[1]
+    if not senders:
+        email["From"] = mail_from
+    recipients = list(
+        dict.fromkeys(a for name in ("To", "Cc", "Bcc") for a in addresses.get(name, []))
+    )
+    if not recipients:
+        raise ValidationError("at least one recipient is required", field="to")
+    if "Message-ID" not in email:
+        email["Message-ID"] = message_id
+    return sender, recipients
+
+
+def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _by_code(code: int, text: str) -> ChannelError:
+    if 400 <= code < 500:
+        return TransientChannelError(text, channel="mail", code=code)
+    if 500 <= code < 600:
+        return PermanentChannelError(text, channel="mail", code=code)
+    return TransientChannelError(text, channel="mail", code=code)
+
+
+def _translate(exc: BaseException, host: str) -> ChannelError:
+    """Map an aiosmtplib/OS error to a channel error (message not yet redacted)."""
+    cert = _find(exc, ssl.SSLCertVerificationError)
+    if isinstance(cert, ssl.SSLCertVerificationError):
+        reason = cert.verify_message or cert.reason or "certificate verify failed"
+        return PermanentChannelError(
+            f"TLS certificate of {host} rejected: {reason}", channel="mail"
+        )
+    if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
+        refused = ", ".join(
+            f"{r.recipient} ({r.code} {shorten(r.message, 80)})" for r in exc.recipients
+        )
+        codes = [r.code for r in exc.recipients]
+        code = next((c for c in codes if 400 <= c < 500), codes[0] if codes else 550)
+        return _by_code(code, f"all recipients refused: {refused}")
+    if isinstance(exc, aiosmtplib.SMTPAuthenticationError) and exc.code != 454:
+        return PermanentChannelError(
+            f"SMTP authentication failed: {exc.code} {shorten(exc.message)}",
+            channel="mail",
+            code=exc.code,
+        )
+    if isinstance(exc, aiosmtplib.SMTPResponseException):
+        return _by_code(exc.code, f"SMTP {exc.code} {shorten(exc.message)}")
+    if isinstance(exc, TimeoutError):  # SMTPTimeoutError and asyncio deadlines
+        return TransientChannelError(f"SMTP server {host} timed out", channel="mail")
+    gai = _find(exc, socket.gaierror)
+    if isinstance(gai, socket.gaierror):
+        return dns_error(gai, host, channel="mail")
+    if isinstance(exc, ConnectionError | aiosmtplib.SMTPConnectError):
+        return TransientChannelError(f"SMTP connection to {host} failed: {exc}", channel="mail")
+    tls = _find(exc, ssl.SSLError)
+    if isinstance(tls, ssl.SSLEOFError | ssl.SSLZeroReturnError):
+        return TransientChannelError(f"TLS connection to {host} dropped", channel="mail")
+    if isinstance(tls, ssl.SSLError):
+        return PermanentChannelError(
+            f"TLS handshake with {host} failed: {tls.reason}", channel="mail"
+        )
+    if isinstance(exc, OSError):
+        return TransientChannelError(f"SMTP connection to {host} failed: {exc}", channel="mail")
+    # SMTPNotSupported, "STARTTLS not supported", refused address: config or data.
+    return PermanentChannelError(f"SMTP error: {exc}", channel="mail")
+
+
+class SmtpTransport:
+    """SMTP over one reused connection, serialized by a lock and reopened after a drop."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        mail_from: str,
+        username: str | None = None,
+        password: str | None = None,
+        tls: TlsMode = "auto",
+        timeout_s: float = 10.0,
+        tls_ca: str | None = None,
+        local_hostname: str | None = None,
+    ) -> None:
+        """Configure the transport; no connection is made until the first send.
+
+        Args:
+            host: SMTP server.
+            port: SMTP port.
+            mail_from: sender for messages without a From header.
+            username: login user, if the server needs one.
+            password: login password.
+            tls: ``auto`` (STARTTLS if offered), ``required``, ``off`` or ``implicit``.
+            timeout_s: bound on connecting (TCP, banner, TLS, login) and, separately,
+                on each mail transaction.
+            tls_ca: CA bundle to trust instead of the system store.
+            local_hostname: name sent in EHLO (default: this machine's host name).
+        """
+        validate_sender(mail_from)
+        self._host, self._port, self._mail_from = host, port, mail_from
+        self._username, self._password = username, password
+        self._tls, self._timeout_s = tls, timeout_s
+        self._secrets = [password, f"{username}:{password}" if username else None]
+        try:
+            self._tls_context = ssl.create_default_context(cafile=tls_ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigurationError(f"cannot load CA bundle {tls_ca}: {exc}") from None
+        name = local_hostname or socket.gethostname()
+        self._local_hostname = (
+            name if name.isascii() and name.strip() == name and name else "localhost"
+        )
+        self._smtp: aiosmtplib.SMTP | None = None
+        self._lock = asyncio.Lock()
+
+    async def send(self, email: EmailMessage, delivery_id: str) -> DeliveryResult:
+        """Send ``email`` over the shared connection.
+
+        Raises:
+            ValidationError: the message is invalid (no connection is opened).
+            TransientChannelError: retry later (4xx, timeouts, connection failures).
+            PermanentChannelError: do not retry (5xx, auth or TLS certificate failure).
+        """
+        sender, recipients = prepare_envelope(email, delivery_id, self._mail_from)
+        async with self._lock:
+            try:
+                errors, reply = await self._deliver(email, sender, recipients)
+            except ChannelError as exc:
+                self._drop()
+                raise _redacted(exc, self._secrets) from None
+            except asyncio.CancelledError:
+                self._drop()
+                raise
+            except Exception as exc:
+                if not isinstance(exc, aiosmtplib.SMTPResponseException) or exc.code == 421:
+                    self._drop()  # the session state is unknown; start clean next time
+                error = _redacted(_translate(exc, self._host), self._secrets)
+                raise error from safe_cause(exc, self._secrets)
+        response = shorten(reply)
+        if errors:
+            refused = ", ".join(
+                f"{rcpt} ({r.code} {shorten(r.message, 80)})" for rcpt, r in errors.items()
+            )
+            response = f"{response}; refused: {refused}"
+        response = redact(response, self._secrets)
+        return DeliveryResult("mail", delivery_id, response, status=250)
+
+    async def _deliver(
+        self, email: EmailMessage, sender: str, recipients: list[str]
+    ) -> tuple[dict[str, aiosmtplib.SMTPResponse], str]:
+        reused = self._smtp is not None and self._smtp.is_connected
+        smtp = self._smtp if reused and self._smtp is not None else await self._connect()
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                return await smtp.send_message(email, sender=sender, recipients=recipients)
+        except (aiosmtplib.SMTPServerDisconnected, aiosmtplib.SMTPResponseException) as exc:
+            code = getattr(exc, "code", None)
+            dropped = isinstance(exc, aiosmtplib.SMTPServerDisconnected) or code == 421
+            if not (reused and dropped):
+                raise
+        # The idle connection had been dropped by the server: reconnect once.
+        self._drop()
+        smtp = await self._connect()
+        async with asyncio.timeout(self._timeout_s):
+            return await smtp.send_message(email, sender=sender, recipients=recipients)
+
+    async def _connect(self) -> aiosmtplib.SMTP:
+        smtp = aiosmtplib.SMTP(
+            hostname=self._host,
+            port=self._port,
+            timeout=self._timeout_s,
+            use_tls=self._tls == "implicit",
+            start_tls={"auto": None, "required": True, "off": False, "implicit": False}[self._tls],
+            tls_context=self._tls_context,
+            local_hostname=self._local_hostname,
+        )
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await smtp.connect()
+                if self._username is not None:
+                    encrypted = smtp.get_transport_info("sslcontext") is not None
+                    if not encrypted and self._tls != "off":
+                        raise PermanentChannelError(
+                            f"{self._host} offers no STARTTLS; not sending credentials in clear "
+                            "text (add ?tls=off to allow it)",
+                            channel="mail",
+                        )
+                    await smtp.login(self._username, self._password or "")
+        except BaseException:
+            smtp.close()
+            raise
+        self._smtp = smtp
+        return smtp
+
+    def _drop(self) -> None:
+        if self._smtp is not None:
+            self._smtp.close()
+            self._smtp = None
+
+    async def close(self) -> None:
+        """Say QUIT (best effort) and close the connection."""
+        async with self._lock:
+            smtp, self._smtp = self._smtp, None
+            if smtp is not None and smtp.is_connected:
+                try:
+                    async with asyncio.timeout(min(self._timeout_s, 2.0)):
+                        await smtp.quit()
+                except (aiosmtplib.SMTPException, OSError, TimeoutError):
+                    pass
+            if smtp is not None:
+                smtp.close()
+
+
+def _redacted(exc: ChannelError, secrets: list[str | None]) -> ChannelError:
+    clean = type(exc)(redact(str(exc), secrets), channel=exc.channel, code=exc.code)
+    clean.retry_after_s = exc.retry_after_s
+    return clean
+
+
+class FileMailTransport:
+    """Writes each message to ``<directory>/<delivery_id>.eml`` (atomically)."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, mail_from: str) -> None:
+        """Use ``directory`` (created on first send) as the outbox."""
+        validate_sender(mail_from)
+        self._directory, self._mail_from = Path(directory), mail_from
+
+    async def send(self, email: EmailMessage, delivery_id: str) -> DeliveryResult:
+        """Write the message; a retry with the same id overwrites the same file."""
+        prepare_envelope(email, delivery_id, self._mail_from)
+        data = email.as_bytes()
+        try:
+            path = await asyncio.to_thread(self._write, f"{delivery_id}.eml", data)
+        except OSError as exc:
+            raise TransientChannelError(f"cannot write mail file: {exc}", channel="mail") from exc
+        return DeliveryResult("mail", delivery_id, f"written to {path}")
+
+    def _write(self, name: str, data: bytes) -> Path:
+        self._directory.mkdir(parents=True, exist_ok=True)
+        target = self._directory / name
+        # Write beside the target and rename, so a reader never sees half a file.
+        fd, tmp = tempfile.mkstemp(dir=self._directory, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+class LogMailTransport:
+    """Logs one summary line per message on the ``tidings.mail`` logger."""
+
+    def __init__(self, *, mail_from: str, logger: logging.Logger | None = None) -> None:
+        """Log through ``logger`` (default ``tidings.mail``)."""
+        validate_sender(mail_from)
+        self._mail_from, self._log = mail_from, logger or _log
+
+    async def send(self, email: EmailMessage, delivery_id: str) -> DeliveryResult:
+        """Log who the message is from and to, and its subject."""
+        sender, recipients = prepare_envelope(email, delivery_id, self._mail_from)
+        self._log.info(
+            "mail %s from=%s to=%s subject=%r",
+            delivery_id,
+            sender,
+            ",".join(recipients),
+            str(email.get("Subject", "")),
+        )
+        return DeliveryResult("mail", delivery_id, "logged")
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+def mail_transport_from_url(
+    url: str, *, mail_from: str, timeout_s: float = 10.0, tls_ca: str | None = None
+) -> MailTransport:
+    """Build the transport a ``TIDINGS_MAIL_URL`` names.
+
+    Raises:
+        ConfigurationError: unknown scheme or malformed DSN (the message never
+            repeats the DSN, which may hold a password).
+    """
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    params = parse_query(parts.query)
+    if scheme == "log":
+        return LogMailTransport(mail_from=mail_from)
+    if scheme == "file":
+        netloc = urllib.parse.unquote(parts.netloc)
+        path = urllib.parse.unquote(parts.path)
+        directory = path if netloc in ("", "localhost") else netloc + path
+        if not directory:
+            raise ConfigurationError("file:// mail URL needs a directory")
+        return FileMailTransport(directory, mail_from=mail_from)
+    if scheme not in ("smtp", "smtps"):
+        raise ConfigurationError(f"unsupported mail URL scheme {scheme!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigurationError("mail URL has an invalid port") from None
+    if not parts.hostname:
+        raise ConfigurationError("mail URL has no host")
+    modes: dict[str, TlsMode] = {"auto": "auto", "required": "required", "off": "off"}
+    tls = modes.get(params.get("tls", "auto").lower())
+    if scheme == "smtps":
+        tls = "implicit"
+    if tls is None:
+        raise ConfigurationError("mail URL ?tls= must be required or off")
+    user = urllib.parse.unquote(parts.username) if parts.username else None
+    password = urllib.parse.unquote(parts.password) if parts.password is not None else None
+    return SmtpTransport(
+        host=parts.hostname,
+        port=port or (465 if scheme == "smtps" else 25),
+        mail_from=mail_from,
+        username=user,
+        password=password,
+        tls=tls,
+        timeout_s=timeout_s,
+        tls_ca=tls_ca or params.get("ca"),
+        local_hostname=params.get("local_hostname"),
+    )

@@ -1,0 +1,163 @@
+"""Channels by name: the built-in mail, sms and webhook, and the app's own.
+
+A channel is any object with ``async send(notifiable, notification)`` (built-ins also
+take the delivery id). Built-ins wrap a transport that holds connections bound to an
+event loop, so instances are kept per loop: one SMTP connection per worker, reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from tidings.errors import ConfigurationError, ValidationError
+
+Factory = Callable[..., Any]
+
+
+def _route(notifiable: Any, channel: str, notification: Any) -> Any:
+    value = notifiable.route_notification_for(channel, notification)
+    if value in (None, "", []):
+        raise ValidationError(
+            f"{type(notifiable).__qualname__} has no route for {channel}", field=channel
+        )
+    return value
+
+
+def _message(notification: Any, channel: str, notifiable: Any) -> Any:
+    method = getattr(notification, f"to_{channel}", None)
+    if method is None:
+        raise ConfigurationError(
+            f"{type(notification).__qualname__} has no to_{channel}(notifiable)"
+        )
+    return method(notifiable)
+
+
+class MailChannel:
+    """Renders MailMessage through jinja2 and sends it with the mail transport."""
+
+    def __init__(self, app: Any) -> None:
+        from tidings.notifications.channels.mail import mail_transport_from_url
+        from tidings.notifications.messages import make_environment
+
+        s = app.settings
+        self.mail_from = s.mail_from
+        self.app_name = getattr(app, "name", None)
+        self.transport = mail_transport_from_url(s.mail_url, mail_from=s.mail_from)
+        self.env: jinja2.Environment = make_environment(Path(s.templates) if s.templates else None)
+
+    async def send(self, notifiable: Any, notification: Any, delivery_id: str) -> Any:
+        to = _route(notifiable, "mail", notification)
+        message = _message(notification, "mail", notifiable)
+        email = message.to_email(
+            to=to,
+            mail_from=self.mail_from,
+            delivery_id=delivery_id,
+            env=self.env,
+            app_name=self.app_name,
+        )
+        return await self.transport.send(email, delivery_id)
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+
+class SmsChannel:
+    """Sends SmsMessage through the configured provider."""
+
+    def __init__(self, app: Any) -> None:
+        from tidings.notifications.channels.sms import sms_transport_from_url
+
+        self.transport = sms_transport_from_url(app.settings.sms_url)
+
+    async def send(self, notifiable: Any, notification: Any, delivery_id: str) -> Any:
+        to = _route(notifiable, "sms", notification)
+        return await self.transport.send(
+            str(to), _message(notification, "sms", notifiable), delivery_id
+        )
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+
+class WebhookChannel:
+    """POSTs WebhookMessage, signed per Standard Webhooks."""
+
+    def __init__(self, app: Any) -> None:
+        from tidings.notifications.channels.webhook import WebhookTransport
+
+        s = app.settings
+        self.transport = WebhookTransport(
+            secret=s.webhook_secret, allow_private=s.webhook_allow_private
+        )
+
+    async def send(self, notifiable: Any, notification: Any, delivery_id: str) -> Any:
+        message = _message(notification, "webhook", notifiable)
+        url = getattr(message, "url", None) or _route(notifiable, "webhook", notification)
+        return await self.transport.send(str(url), message, delivery_id)
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+
+BUILTIN: dict[str, Factory] = {"mail": MailChannel, "sms": SmsChannel, "webhook": WebhookChannel}
+
+
+class ChannelManager:
+    """Creates channels lazily, one set per event loop."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.factories: dict[str, Factory] = dict(BUILTIN)
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]]
+        self._by_loop = weakref.WeakKeyDictionary()
+
+    def extend(self, name: str, factory: Factory) -> None:
+        """Register channel ``name``: a class or callable taking no args or the app."""
+        self.factories[name] = factory
+        for channels in self._by_loop.values():
+            channels.pop(name, None)
+
+    def get(self, name: str) -> Any:
+        """The channel ``name`` of the running loop."""
+        loop = asyncio.get_running_loop()
+        channels = self._by_loop.setdefault(loop, {})
+        channel = channels.get(name)
+        if channel is None:
+            factory = self.factories.get(name)
+            if factory is None:
+                raise ConfigurationError(f"unknown notification channel {name!r}")
+            try:
+                takes_app = bool(inspect.signature(factory).parameters)
+            except (TypeError, ValueError):
+                takes_app = False
+            channel = channels[name] = factory(self.app) if takes_app else factory()
+        return channel
+
+    async def send(self, name: str, notifiable: Any, notification: Any, delivery_id: str) -> Any:
+        """Send on channel ``name``; built-ins get the delivery id too."""
+        channel = self.get(name)
+        if name in BUILTIN and self.factories[name] is BUILTIN[name]:
+            return await channel.send(notifiable, notification, delivery_id)
+        params = inspect.signature(channel.send).parameters
+        if len(params) >= 3:
+            result = channel.send(notifiable, notification, delivery_id)
+        else:
+            result = channel.send(notifiable, notification)
+        return await result if inspect.isawaitable(result) else result
+
+    async def close_loop(self) -> None:
+        """Close the running loop's channels (sync ``notify_now`` calls end their loop)."""
+        channels = self._by_loop.pop(asyncio.get_running_loop(), {})
+        for channel in channels.values():
+            close = getattr(channel, "close", None)
+            if close is not None:
+                out = close()
+                if inspect.isawaitable(out):
+                    await out

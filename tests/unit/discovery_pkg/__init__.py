@@ -1,0 +1,1 @@
+"""Listener modules found by ``Dispatcher.discover`` in tests/unit/test_dispatcher.py."""

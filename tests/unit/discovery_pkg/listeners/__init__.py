@@ -1,0 +1,1 @@
+"""A subpackage, so discovery must walk into it."""
