@@ -24,9 +24,9 @@ from tidings.errors import (
     TidingsError,
     ValidationError,
 )
+from tidings.events.call_queued import CallQueuedListener
 from tidings.events.dispatcher import Dispatcher
 from tidings.events.listener import Event, Listener, ShouldQueue, queued
-from tidings.events.call_queued import CallQueuedListener
 from tidings.queue.backoff import Exponential
 from tidings.queue.chain import chain
 from tidings.queue.job import Job, PendingDispatch

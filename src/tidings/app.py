@@ -15,9 +15,9 @@ from typing import Any
 from tidings import _current
 from tidings.config import Settings
 from tidings.errors import PayloadRejected
+from tidings.events.call_queued import CallQueuedListener
 from tidings.events.dispatcher import Dispatcher, EventKey, ListenerLike, QueuedTarget
 from tidings.events.listener import set_current_dispatcher_provider
-from tidings.events.call_queued import CallQueuedListener
 from tidings.queue.events import JobQueued
 from tidings.queue.job import Job, PendingDispatch, option
 from tidings.queue.payload import JobBody
@@ -59,7 +59,9 @@ class App:
         self._queues: dict[str | None, RedisQueue] = {}
         self._queues_used: set[str] = {"default"}
         self._allowed = tuple(self.settings.allowed_modules)
-        self.events = Dispatcher(queue_listener=self._queue_listener, queue_listener_async=self._queue_listener_async)
+        self.events = Dispatcher(
+            queue_listener=self._queue_listener, queue_listener_async=self._queue_listener_async
+        )
         self.job_middleware: list[Any] = []
         self._notifications: Any = None
         self.make_current()
@@ -120,7 +122,9 @@ class App:
         """
         module, _, qualname = path.partition(":")
         if not module or not qualname or not self.is_allowed(module):
-            raise PayloadRejected(f"unknown job type {path!r}: not under the allowed modules {self._allowed}")
+            raise PayloadRejected(
+                f"unknown job type {path!r}: not under the allowed modules {self._allowed}"
+            )
         try:
             obj: Any = importlib.import_module(module)
             for part in qualname.split("."):
@@ -158,7 +162,9 @@ class App:
     # -- dispatching jobs --------------------------------------------------------------
 
     def _prepared(self, pending: PendingDispatch) -> tuple[RedisQueue, str, str, bytes, float]:
-        queue, job_id, envelope, delay = prepare(pending, self.signer, max_bytes=self.max_payload_bytes)
+        queue, job_id, envelope, delay = prepare(
+            pending, self.signer, max_bytes=self.max_payload_bytes
+        )
         conn = pending.connection or option(pending.job.option_source(), "connection")
         self._queues_used.add(queue)
         return self.queue_for(conn), queue, job_id, envelope, delay
@@ -177,7 +183,9 @@ class App:
         self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
         return job_id
 
-    def _grouped(self, jobs: Iterable[Job | PendingDispatch]) -> tuple[list[str], dict[Any, list[tuple[str, bytes]]]]:
+    def _grouped(
+        self, jobs: Iterable[Job | PendingDispatch]
+    ) -> tuple[list[str], dict[Any, list[tuple[str, bytes]]]]:
         ids: list[str] = []
         groups: dict[Any, list[tuple[str, bytes]]] = {}
         for item in jobs:
@@ -187,7 +195,9 @@ class App:
             ids.append(job_id)
         return ids, groups
 
-    def dispatch_many(self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000) -> list[str]:
+    def dispatch_many(
+        self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000
+    ) -> list[str]:
         """Push many jobs, one round trip per batch per queue; returns their ids.
 
         Every job is encoded before anything is pushed, so a SerializationError
@@ -199,7 +209,9 @@ class App:
                 rq.push(queue, items[start : start + batch_size], delay)
         return ids
 
-    async def dispatch_many_async(self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000) -> list[str]:
+    async def dispatch_many_async(
+        self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000
+    ) -> list[str]:
         """Async twin of :meth:`dispatch_many`."""
         ids, groups = self._grouped(jobs)
         for (_, rq, queue, delay), items in groups.items():
@@ -246,7 +258,9 @@ class App:
     def dispatch(self, event: Any, *args: Any) -> Any:
         """Dispatch an event (object or name) to its listeners; a Job is pushed instead."""
         if isinstance(event, (Job, PendingDispatch)):
-            return (event if isinstance(event, PendingDispatch) else PendingDispatch(event)).dispatch()
+            return (
+                event if isinstance(event, PendingDispatch) else PendingDispatch(event)
+            ).dispatch()
         return self.events.dispatch(event, *args)
 
     async def dispatch_async(self, event: Any, *args: Any) -> Any:

@@ -49,7 +49,13 @@ def install_output(app: App, *, json_logs: bool) -> None:
 
     def line(status: str, e: Any, extra: str = "", **fields: Any) -> None:
         if json_logs:
-            record = {"time": _stamp(), "id": e.job_id, "status": status, "name": e.name, "queue": e.queue}
+            record = {
+                "time": _stamp(),
+                "id": e.job_id,
+                "status": status,
+                "name": e.name,
+                "queue": e.queue,
+            }
             record.update(fields)
             out.write(orjson.dumps(record).decode() + "\n")
         else:
@@ -65,7 +71,13 @@ def install_output(app: App, *, json_logs: bool) -> None:
 
     def failed(e: JobFailed) -> None:
         ms = e.duration_s * 1000
-        line("Failed", e, f" {ms:.2f}ms {e.exception}", duration_ms=round(ms, 2), exception=e.exception)
+        line(
+            "Failed",
+            e,
+            f" {ms:.2f}ms {e.exception}",
+            duration_ms=round(ms, 2),
+            exception=e.exception,
+        )
 
     def released(e: JobReleased) -> None:
         ms = e.duration_s * 1000
@@ -80,7 +92,9 @@ def install_output(app: App, *, json_logs: bool) -> None:
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-A", "--app", "app_spec", help="The App as module:attribute (else TIDINGS_APP).")
-@click.option("--queue", "queues", default="default", show_default=True, help="Queues in priority order.")
+@click.option(
+    "--queue", "queues", default="default", show_default=True, help="Queues in priority order."
+)
 @click.option("--connection", default=None, help="Named connection to work on.")
 @click.option("--concurrency", default=16, show_default=True, help="Jobs in flight per process.")
 @click.option("--processes", default=1, show_default=True, help="Worker processes to supervise.")
@@ -90,19 +104,25 @@ def install_output(app: App, *, json_logs: bool) -> None:
 @click.option("--max-time", default=0.0, help="Exit after this many seconds.")
 @click.option("--memory", default=0.0, help="Exit with code 12 above this RSS (MB).")
 @click.option("--sleep", default=3.0, show_default=True, help="Longest wait for new jobs (s).")
-@click.option("--timeout", default=60.0, show_default=True, help="Default job timeout (s); 0 = none.")
+@click.option(
+    "--timeout", default=60.0, show_default=True, help="Default job timeout (s); 0 = none."
+)
 @click.option("--tries", default=1, show_default=True, help="Default tries; 0 = unlimited.")
 @click.option("--backoff", default=0.0, show_default=True, help="Default retry delay (s).")
 @click.option("--rest", default=0.0, help="Pause after each job (s).")
-@click.option("--grace", default=30.0, show_default=True, help="On SIGTERM, wait this long for jobs.")
+@click.option(
+    "--grace", default=30.0, show_default=True, help="On SIGTERM, wait this long for jobs."
+)
 @click.option("--json-logs", is_flag=True, help="One JSON object per line.")
 @click.pass_context
-def main(ctx: click.Context, app_spec: str | None, **opts: Any) -> None:
+def main(ctx: click.Context, /, app_spec: str | None, **opts: Any) -> None:
     """Run a tidings worker, or operate the queues (see the subcommands)."""
     ctx.obj = {"app_spec": app_spec}
     if ctx.invoked_subcommand is not None:
         return
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if opts["processes"] > 1:
         from tidings.supervisor import supervise
 
@@ -159,7 +179,9 @@ def monitor(ctx: click.Context, as_json: bool, queues: str | None) -> None:
         return
     click.echo(f"{'queue':<20} {'ready':>8} {'delayed':>8} {'reserved':>8} {'failed':>8}")
     for name, s in sizes.items():
-        click.echo(f"{name:<20} {s['ready']:>8} {s['delayed']:>8} {s['reserved']:>8} {s['failed']:>8}")
+        click.echo(
+            f"{name:<20} {s['ready']:>8} {s['delayed']:>8} {s['reserved']:>8} {s['failed']:>8}"
+        )
 
 
 @main.command()

@@ -60,7 +60,10 @@ def supervise(n: int, argv: list[str]) -> int:
                 continue
             lived = time.monotonic() - started
             backoff = 0.0 if lived > 60 or code == 0 else min(10.0, max(0.5, backoff * 2))
-            print(f"supervisor: worker {proc.pid} exited with {code}; restarting in {backoff:g}s", flush=True)
+            print(
+                f"supervisor: worker {proc.pid} exited with {code}; restarting in {backoff:g}s",
+                flush=True,
+            )
             time.sleep(backoff)
             children[slot] = (subprocess.Popen(cmd), time.monotonic(), backoff)
             alive = True

@@ -22,7 +22,14 @@ from tidings.events.testing import FakeDispatcher, fake_events
 from tidings.notifications.notification import AnonymousNotifiable, Notification
 from tidings.queue.job import Job, PendingDispatch
 
-__all__ = ["FakeDispatcher", "FakeNotifications", "FakeQueue", "fake_events", "fake_notifications", "fake_queue"]
+__all__ = [
+    "FakeDispatcher",
+    "FakeNotifications",
+    "FakeQueue",
+    "fake_events",
+    "fake_notifications",
+    "fake_queue",
+]
 
 
 def _name(cls: type[Any]) -> str:
@@ -45,16 +52,23 @@ class FakeQueue:
         return [p.job for p in self.pushed if cls is None or isinstance(p.job, cls)]
 
     def assert_pushed(
-        self, cls: type[Job], predicate: Callable[[Any], bool] | None = None, times: int | None = None
+        self,
+        cls: type[Job],
+        predicate: Callable[[Any], bool] | None = None,
+        times: int | None = None,
     ) -> None:
         """Assert a job of ``cls`` (matching ``predicate``) was pushed (``times`` times)."""
         found = [j for j in self.jobs(cls) if predicate is None or predicate(j)]
         if not found or (times is not None and len(found) != times):
             names = [type(p.job).__qualname__ for p in self.pushed]
             want = f"{times} time(s)" if times is not None else "at least once"
-            raise AssertionError(f"{_name(cls)} pushed {len(found)} time(s), expected {want}; pushed: {names}")
+            raise AssertionError(
+                f"{_name(cls)} pushed {len(found)} time(s), expected {want}; pushed: {names}"
+            )
 
-    def assert_pushed_on(self, queue: str, cls: type[Job], predicate: Callable[[Any], bool] | None = None) -> None:
+    def assert_pushed_on(
+        self, queue: str, cls: type[Job], predicate: Callable[[Any], bool] | None = None
+    ) -> None:
         """Assert a job of ``cls`` was pushed on ``queue``."""
         for p in self.pushed:
             on = p.queue or getattr(p.job.option_source(), "queue", None) or "default"
@@ -70,7 +84,9 @@ class FakeQueue:
     def assert_nothing_pushed(self) -> None:
         """Assert no job at all was pushed."""
         if self.pushed:
-            raise AssertionError(f"jobs were pushed: {[type(p.job).__qualname__ for p in self.pushed]}")
+            raise AssertionError(
+                f"jobs were pushed: {[type(p.job).__qualname__ for p in self.pushed]}"
+            )
 
 
 @contextmanager
@@ -88,12 +104,17 @@ def fake_queue(app: Any = None) -> Iterator[FakeQueue]:
         return fake.record(pending)
 
     def many(jobs: Any, **_: Any) -> list[str]:
-        return [fake.record(j if isinstance(j, PendingDispatch) else PendingDispatch(j)) for j in jobs]
+        return [
+            fake.record(j if isinstance(j, PendingDispatch) else PendingDispatch(j)) for j in jobs
+        ]
 
     async def many_async(jobs: Any, **_: Any) -> list[str]:
         return many(jobs)
 
-    saved = {n: app.__dict__.get(n) for n in ("push_pending", "push_pending_async", "dispatch_many", "dispatch_many_async")}
+    saved = {
+        n: app.__dict__.get(n)
+        for n in ("push_pending", "push_pending_async", "dispatch_many", "dispatch_many_async")
+    }
     app.push_pending, app.push_pending_async = push, push_async
     app.dispatch_many, app.dispatch_many_async = many, many_async
     try:
@@ -113,8 +134,12 @@ class FakeNotifications:
         self.channels = real.channels
         self.sent: list[tuple[Any, Notification, list[str]]] = []
 
-    def _record(self, notifiables: Any, notification: Notification, channels: list[str] | None = None) -> list[Any]:
-        targets = list(notifiables) if isinstance(notifiables, (list, tuple, set)) else [notifiables]
+    def _record(
+        self, notifiables: Any, notification: Notification, channels: list[str] | None = None
+    ) -> list[Any]:
+        targets = (
+            list(notifiables) if isinstance(notifiables, (list, tuple, set)) else [notifiables]
+        )
         for n in targets:
             self.sent.append((n, notification, channels or notification.via(n)))
         return []
@@ -125,7 +150,9 @@ class FakeNotifications:
     async def send_async(self, notifiables: Any, notification: Notification) -> list[str]:
         return self._record(notifiables, notification)
 
-    def send_now(self, notifiables: Any, notification: Notification, channels: list[str] | None = None) -> list[Any]:
+    def send_now(
+        self, notifiables: Any, notification: Notification, channels: list[str] | None = None
+    ) -> list[Any]:
         return self._record(notifiables, notification, channels)
 
     async def send_now_async(
@@ -139,7 +166,9 @@ class FakeNotifications:
         return [
             s
             for s in self.sent
-            if s[0] is notifiable and isinstance(s[1], cls) and (predicate is None or predicate(s[1], s[2]))
+            if s[0] is notifiable
+            and isinstance(s[1], cls)
+            and (predicate is None or predicate(s[1], s[2]))
         ]
 
     def assert_sent_to(
@@ -147,19 +176,23 @@ class FakeNotifications:
     ) -> None:
         """Assert ``cls`` was sent to ``notifiable``; ``predicate(notification, channels)``."""
         if not self._matching(notifiable, cls, predicate):
-            raise AssertionError(f"{_name(cls)} was not sent to {notifiable!r}; sent: {self._summary()}")
+            raise AssertionError(
+                f"{_name(cls)} was not sent to {notifiable!r}; sent: {self._summary()}"
+            )
 
     def assert_not_sent_to(self, notifiable: Any, cls: type[Notification]) -> None:
         """Assert ``cls`` was not sent to ``notifiable``."""
         if self._matching(notifiable, cls, None):
             raise AssertionError(f"{_name(cls)} was sent to {notifiable!r}")
 
-    def assert_sent_on_demand(self, cls: type[Notification], predicate: Callable[..., bool] | None = None) -> None:
-        """Assert ``cls`` was sent to an on-demand route; ``predicate(notifiable, notification)``."""
+    def assert_sent_on_demand(
+        self, cls: type[Notification], predicate: Callable[..., bool] | None = None
+    ) -> None:
+        """Assert ``cls`` was sent to an on-demand route (``predicate(notifiable, n)``)."""
         for n, notification, _ in self.sent:
-            if isinstance(n, AnonymousNotifiable) and isinstance(notification, cls):
-                if predicate is None or predicate(n, notification):
-                    return
+            on_demand = isinstance(n, AnonymousNotifiable) and isinstance(notification, cls)
+            if on_demand and (predicate is None or predicate(n, notification)):
+                return
         raise AssertionError(f"{_name(cls)} was not sent on demand; sent: {self._summary()}")
 
     def assert_count(self, n: int) -> None:
@@ -173,7 +206,9 @@ class FakeNotifications:
             raise AssertionError(f"notifications were sent: {self._summary()}")
 
     def _summary(self) -> list[str]:
-        return [f"{type(n).__qualname__} -> {type(x).__qualname__} via {c}" for n, x, c in self.sent]
+        return [
+            f"{type(n).__qualname__} -> {type(x).__qualname__} via {c}" for n, x, c in self.sent
+        ]
 
     @staticmethod
     def is_queued(notification: Notification) -> bool:

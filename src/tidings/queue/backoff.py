@@ -30,7 +30,9 @@ def encode_backoff(value: Any) -> Any:
         return [float(value)]
     if isinstance(value, Sequence) and not isinstance(value, str):
         return [float(v) for v in value]
-    raise ConfigurationError(f"backoff must be seconds, a list of seconds or Exponential, not {value!r}")
+    raise ConfigurationError(
+        f"backoff must be seconds, a list of seconds or Exponential, not {value!r}"
+    )
 
 
 def delay_for(spec: Any, attempt: int, *, default_s: float = 0.0) -> float:

@@ -39,36 +39,62 @@ class PopResult:
 class Broker:
     """Async moves on one queue connection."""
 
-    def __init__(self, client: redis.asyncio.Redis, *, retry_after_s: float, max_bytes: int) -> None:
+    def __init__(
+        self, client: redis.asyncio.Redis, *, retry_after_s: float, max_bytes: int
+    ) -> None:
         self.client = client
         self.lease_ms = int(retry_after_s * 1000)
         self.max_bytes = max_bytes
 
     async def pop(self, k: QueueKeys, n: int) -> PopResult:
         """Promote due jobs, recover expired leases, reserve up to ``n`` jobs."""
-        keys = [k.ready, k.delayed, k.reserved, k.notify, k.jobs, k.attempts, k.failed, k.failed_info, k.failed_body]
-        raw = await scripts.POP.acall(self.client, keys, [n, self.lease_ms, self.max_bytes, 1000, k.name])
+        keys = [
+            k.ready,
+            k.delayed,
+            k.reserved,
+            k.notify,
+            k.jobs,
+            k.attempts,
+            k.failed,
+            k.failed_info,
+            k.failed_body,
+        ]
+        raw = await scripts.POP.acall(
+            self.client, keys, [n, self.lease_ms, self.max_bytes, 1000, k.name]
+        )
         jobs = [
             Reserved(raw[i].decode(), k.name, int(raw[i + 1]), int(raw[i + 2]), raw[i + 3])
             for i in range(3, len(raw), 4)
         ]
         wait = int(raw[1])
-        return PopResult(jobs, None if wait < 0 else wait / 1000.0, int(raw[0]) / 1000.0, int(raw[2]))
+        return PopResult(
+            jobs, None if wait < 0 else wait / 1000.0, int(raw[0]) / 1000.0, int(raw[2])
+        )
 
     async def ack(self, k: QueueKeys, ids: Sequence[str]) -> int:
         """Delete finished jobs; returns how many had lost their reservation."""
         args: list[scripts.Arg] = [DONE_KEEP_MS, DONE_MAX, *ids]
-        return int(await scripts.ACK.acall(self.client, [k.reserved, k.jobs, k.attempts, k.done], args))
+        return int(
+            await scripts.ACK.acall(self.client, [k.reserved, k.jobs, k.attempts, k.done], args)
+        )
 
     async def release(
-        self, k: QueueKeys, job_id: str, delay_s: float, *, uncount: bool = False, exception: bool = False
+        self,
+        k: QueueKeys,
+        job_id: str,
+        delay_s: float,
+        *,
+        uncount: bool = False,
+        exception: bool = False,
     ) -> bool:
         """Put a reserved job back; False when it no longer exists."""
         keys = [k.ready, k.delayed, k.reserved, k.notify, k.jobs, k.attempts]
         args: list[scripts.Arg] = [job_id, int(delay_s * 1000), int(uncount), int(exception)]
         return bool(await scripts.RELEASE.acall(self.client, keys, args))
 
-    async def fail(self, k: QueueKeys, job_id: str, info: dict[str, Any], body: bytes = b"") -> None:
+    async def fail(
+        self, k: QueueKeys, job_id: str, info: dict[str, Any], body: bytes = b""
+    ) -> None:
         """Move a job to the failed store with ``info`` (exception, name, attempts)."""
         keys = [k.reserved, k.jobs, k.attempts, k.failed, k.failed_info, k.failed_body]
         await scripts.FAIL.acall(self.client, keys, [job_id, orjson.dumps(info), body])

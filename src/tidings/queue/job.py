@@ -35,7 +35,9 @@ class JobRun:
     uncount: bool = False
 
 
-_run: contextvars.ContextVar[JobRun | None] = contextvars.ContextVar("tidings_job_run", default=None)
+_run: contextvars.ContextVar[JobRun | None] = contextvars.ContextVar(
+    "tidings_job_run", default=None
+)
 
 
 @contextmanager
@@ -152,7 +154,7 @@ class Job:
         """Dispatch options: the named connection."""
         return PendingDispatch(self).on_connection(name)
 
-    def delay(self, delay: Delay) -> PendingDispatch:  # type: ignore[override]
+    def delay(self, delay: Delay) -> PendingDispatch:
         """Dispatch options: run no sooner than ``delay`` from now."""
         return PendingDispatch(self).delay(delay)
 

@@ -155,7 +155,9 @@ class RedisQueue:
                 args = [int(delay_s * 1000), *self._push_args(items)]
                 await scripts.LATER.acall(client, [k.delayed, k.notify, k.jobs], args)
             else:
-                await scripts.PUSH.acall(client, [k.ready, k.notify, k.jobs], self._push_args(items))
+                await scripts.PUSH.acall(
+                    client, [k.ready, k.notify, k.jobs], self._push_args(items)
+                )
 
     # -- operating -------------------------------------------------------------------
 
@@ -186,7 +188,12 @@ class RedisQueue:
                 pipe.zcard(k.reserved)
                 pipe.zcard(k.failed)
                 ready, delayed, reserved, failed = pipe.execute()
-                out[name] = {"ready": ready, "delayed": delayed, "reserved": reserved, "failed": failed}
+                out[name] = {
+                    "ready": ready,
+                    "delayed": delayed,
+                    "reserved": reserved,
+                    "failed": failed,
+                }
         return out
 
     def status(self, job_id: str, queues: Sequence[str]) -> str | None:
@@ -218,7 +225,9 @@ class RedisQueue:
         k = self.keys(queue)
         total = 0
         while True:
-            n = int(scripts.CLEAR.call(self.client, [k.ready, k.delayed, k.jobs, k.attempts], [1000]))
+            n = int(
+                scripts.CLEAR.call(self.client, [k.ready, k.delayed, k.jobs, k.attempts], [1000])
+            )
             total += n
             if n == 0:
                 return total
@@ -240,7 +249,8 @@ class RedisQueue:
         records: list[FailedJob] = []
         for name in list(queues) if queues else self.queue_names():
             k = self.keys(name)
-            for raw_id, score in self.client.zrange(k.failed, 0, -1, withscores=True):
+            client: Any = self.client  # redis-py's sync return types are loose unions
+            for raw_id, score in client.zrange(k.failed, 0, -1, withscores=True):
                 job_id = raw_id.decode()
                 record = self._failed_record(name, job_id, score)
                 if record is not None:
@@ -250,9 +260,8 @@ class RedisQueue:
 
     def _failed_record(self, queue: str, job_id: str, score: float) -> FailedJob | None:
         k = self.keys(queue)
-        info_raw, body = self.client.hmget(k.failed_info, [job_id])[0], self.client.hget(
-            k.failed_body, job_id
-        )
+        client: Any = self.client
+        info_raw, body = client.hget(k.failed_info, job_id), client.hget(k.failed_body, job_id)
         try:
             info = orjson.loads(info_raw) if info_raw else {}
         except orjson.JSONDecodeError:
@@ -270,7 +279,7 @@ class RedisQueue:
     def find_failed(self, job_id: str) -> FailedJob | None:
         """The failed record with ``job_id``, in any queue."""
         for name in self.queue_names():
-            score = self.client.zscore(self.keys(name).failed, job_id)
+            score: Any = self.client.zscore(self.keys(name).failed, job_id)
             if score is not None:
                 return self._failed_record(name, job_id, score)
         return None
@@ -280,10 +289,21 @@ class RedisQueue:
         moved = 0
         for name in self.queue_names():
             k = self.keys(name)
-            wanted = [i.decode() for i in self.client.zrange(k.failed, 0, -1)] if ids is None else list(ids)
+            client: Any = self.client
+            wanted = (
+                [i.decode() for i in client.zrange(k.failed, 0, -1)] if ids is None else list(ids)
+            )
             for start in range(0, len(wanted), 500):
                 chunk = wanted[start : start + 500]
-                keys = [k.ready, k.notify, k.jobs, k.attempts, k.failed, k.failed_info, k.failed_body]
+                keys = [
+                    k.ready,
+                    k.notify,
+                    k.jobs,
+                    k.attempts,
+                    k.failed,
+                    k.failed_info,
+                    k.failed_body,
+                ]
                 moved += int(scripts.RETRY.call(self.client, keys, list(chunk)))
         return moved
 
@@ -292,7 +312,11 @@ class RedisQueue:
         n = 0
         for name in self.queue_names():
             k = self.keys(name)
-            n += int(scripts.FORGET.call(self.client, [k.failed, k.failed_info, k.failed_body], ["ids", *ids]))
+            n += int(
+                scripts.FORGET.call(
+                    self.client, [k.failed, k.failed_info, k.failed_body], ["ids", *ids]
+                )
+            )
         return n
 
     def prune(self, older_than_s: float) -> int:
@@ -304,7 +328,11 @@ class RedisQueue:
             k = self.keys(name)
             while True:
                 got = int(
-                    scripts.FORGET.call(self.client, [k.failed, k.failed_info, k.failed_body], ["prune", cutoff, 1000])
+                    scripts.FORGET.call(
+                        self.client,
+                        [k.failed, k.failed_info, k.failed_body],
+                        ["prune", cutoff, 1000],
+                    )
                 )
                 n += got
                 if got == 0:
@@ -313,4 +341,4 @@ class RedisQueue:
 
     def flush(self) -> int:
         """Delete every failed record."""
-        return self.prune(-10**9)
+        return self.prune(-(10**9))

@@ -35,9 +35,9 @@ class LuaScript:
     async def acall(self, client: redis.asyncio.Redis, keys: list[str], args: list[Arg]) -> Any:
         """Run the script with an asyncio client."""
         try:
-            return await client.evalsha(self.sha, len(keys), *keys, *args)  # type: ignore[misc]
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
-            return await client.eval(self.source, len(keys), *keys, *args)  # type: ignore[misc]
+            return await client.eval(self.source, len(keys), *keys, *args)
 
 
 PUSH = LuaScript("push")

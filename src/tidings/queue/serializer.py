@@ -77,7 +77,7 @@ class _Encoder:
     def __init__(self) -> None:
         self._active: set[int] = set()
 
-    def encode(self, value: Any, path: str) -> Any:  # noqa: C901 - one flat dispatch
+    def encode(self, value: Any, path: str) -> Any:
         if value is None or isinstance(value, (bool, str)):
             return value
         if isinstance(value, int) and not isinstance(value, enum.Enum):
@@ -90,7 +90,11 @@ class _Encoder:
             return value
         cls = type(value)
         if hasattr(cls, "__queue_dump__") and hasattr(cls, "__queue_load__"):
-            return {"__t": "m", "c": class_path(cls), "v": self.encode(value.__queue_dump__(), path)}
+            return {
+                "__t": "m",
+                "c": class_path(cls),
+                "v": self.encode(value.__queue_dump__(), path),
+            }
         if isinstance(value, enum.Enum):
             return {"__t": "enum", "c": class_path(cls), "v": self.encode(value.value, path)}
         if isinstance(value, dt.datetime):
@@ -121,7 +125,10 @@ class _Encoder:
         if isinstance(value, list):
             return [self.encode(v, _join(path, f"[{i}]")) for i, v in enumerate(value)]
         if isinstance(value, tuple) and not hasattr(value, "_fields"):
-            return {"__t": "tuple", "v": [self.encode(v, _join(path, f"[{i}]")) for i, v in enumerate(value)]}
+            return {
+                "__t": "tuple",
+                "v": [self.encode(v, _join(path, f"[{i}]")) for i, v in enumerate(value)],
+            }
         if isinstance(value, (set, frozenset)):
             tag = "set" if isinstance(value, set) else "fset"
             items = [self.encode(v, _join(path, f"[{i}]")) for i, v in enumerate(value)]
@@ -132,7 +139,10 @@ class _Encoder:
             return {
                 "__t": "dict",
                 "v": [
-                    [self.encode(k, _join(path, f"[{k!r}]")), self.encode(v, _join(path, f"[{k!r}]"))]
+                    [
+                        self.encode(k, _join(path, f"[{k!r}]")),
+                        self.encode(v, _join(path, f"[{k!r}]")),
+                    ]
                     for k, v in value.items()
                 ],
             }
@@ -144,7 +154,9 @@ class _Encoder:
             return {"__t": "dc", "c": class_path(cls), "f": fields}
         if getattr(cls, "__tidings_serializable__", False) and hasattr(value, "__dict__"):
             fields = {
-                k: self.encode(v, _join(path, k)) for k, v in vars(value).items() if not k.startswith("_tidings")
+                k: self.encode(v, _join(path, k))
+                for k, v in vars(value).items()
+                if not k.startswith("_tidings")
             }
             return {"__t": "obj", "c": class_path(cls), "f": fields}
         raise SerializationError(
@@ -169,7 +181,7 @@ def _plain(value: Any, resolve: Resolver) -> Any:
     return value
 
 
-def decode(data: Any, resolve: Resolver) -> Any:  # noqa: C901 - one flat dispatch
+def decode(data: Any, resolve: Resolver) -> Any:
     """Rebuild the value :func:`encode` produced.
 
     Args:
@@ -187,8 +199,8 @@ def decode(data: Any, resolve: Resolver) -> Any:  # noqa: C901 - one flat dispat
         return {k: decode(v, resolve) for k, v in data.items()}
     try:
         if tag == "dc" or tag == "obj":
-            cls = resolve(data["c"])
-            obj = cls.__new__(cls)
+            cls: Any = resolve(data["c"])
+            obj = object.__new__(cls)
             # Bypass __init__/__post_init__: the object is restored, not created anew.
             for name, raw in data["f"].items():
                 object.__setattr__(obj, name, decode(raw, resolve))

@@ -101,7 +101,11 @@ class WorkerOptions:
 def _exception_text(exc: BaseException) -> str:
     text = "".join(traceback.format_exception(exc))
     if len(text) > MAX_EXCEPTION_TEXT:
-        text = text[: MAX_EXCEPTION_TEXT // 2] + "\n...[truncated]...\n" + text[-MAX_EXCEPTION_TEXT // 2 :]
+        text = (
+            text[: MAX_EXCEPTION_TEXT // 2]
+            + "\n...[truncated]...\n"
+            + text[-MAX_EXCEPTION_TEXT // 2 :]
+        )
     return text
 
 
@@ -147,7 +151,9 @@ class Worker:
         self._stopping = False
         self._stop_reason = ""
         self._signals = 0
-        self._executor = ThreadPoolExecutor(max_workers=max(1, options.concurrency), thread_name_prefix="job")
+        self._executor = ThreadPoolExecutor(
+            max_workers=max(1, options.concurrency), thread_name_prefix="job"
+        )
         self._started = _clock.monotonic()
         self._restart_seen = 0.0
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -191,7 +197,9 @@ class Worker:
         self._client = async_client(self.rq.url)
         self._blocking = async_client(self.rq.url, socket_timeout_s=self.opts.sleep_s + 10.0)
         self.broker = Broker(
-            self._client, retry_after_s=self.host.retry_after_s, max_bytes=self.host.max_payload_bytes
+            self._client,
+            retry_after_s=self.host.retry_after_s,
+            max_bytes=self.host.max_payload_bytes,
         )
         self.host.emit(WorkerStarting(tuple(self.opts.queues), os.getpid()))
         await self._check_restart(initial=True)
@@ -224,13 +232,13 @@ class Worker:
                 if r.task in still:
                     r.task.cancel()
                     log.warning("releasing %s: still running after the grace period", r.reserved.id)
-                    await self._retrying(
-                        lambda r=r: self.broker.release(
-                            self.rq.keys(r.reserved.queue), r.reserved.id, 0, uncount=True
-                        )
-                    )
+                    await self._release_now(r.reserved)
             if still:
                 await asyncio.wait(still, timeout=1.0)
+
+    async def _release_now(self, res: Reserved) -> None:
+        k = self.rq.keys(res.queue)
+        await self._retrying(lambda: self.broker.release(k, res.id, 0, uncount=True))
 
     # -- fetching --------------------------------------------------------------------
 
@@ -288,7 +296,7 @@ class Worker:
     async def _block(self, timeout: float) -> None:
         assert self._blocking is not None
         try:
-            await self._blocking.blpop([k.notify for k in self.keys], timeout=timeout)  # type: ignore[arg-type]
+            await self._blocking.blpop([k.notify for k in self.keys], timeout=timeout)
         except REDIS_ERRORS as exc:
             log.warning("redis unavailable while waiting (%s)", _short(exc))
             await asyncio.sleep(min(timeout, 1.0))
@@ -346,14 +354,20 @@ class Worker:
             await self._fail(res, body, job, MaxAttemptsExceeded("retry_until has passed"), t0)
             return
         if until is None and max_tries > 0 and res.attempts > max_tries:
-            exc = MaxAttemptsExceeded(
-                f"max attempts exceeded ({max_tries}; worker lost or timed out on an earlier attempt)"
+            lost = MaxAttemptsExceeded(
+                f"max attempts exceeded ({max_tries}; worker lost or timed out on an earlier try)"
             )
-            await self._fail(res, body, job, exc, t0)
+            await self._fail(res, body, job, lost, t0)
             return
         run = JobRun(res.id, res.queue, res.attempts, body=body)
         self.host.emit(
-            JobProcessing(res.id, res.queue, body["displayName"], res.attempts, max(0.0, now_s - body["pushedAt"]))
+            JobProcessing(
+                res.id,
+                res.queue,
+                body["displayName"],
+                res.attempts,
+                max(0.0, now_s - body["pushedAt"]),
+            )
         )
         timeout = body["timeout"] if body["timeout"] is not None else self.opts.timeout_s
         try:
@@ -370,14 +384,24 @@ class Worker:
                 lambda: self.broker.release(k, res.id, run.released_s or 0.0, uncount=run.uncount)
             )
             self.host.emit(
-                JobReleased(res.id, res.queue, name, res.attempts, run.released_s, _clock.monotonic() - t0, None)
+                JobReleased(
+                    res.id,
+                    res.queue,
+                    name,
+                    res.attempts,
+                    run.released_s,
+                    _clock.monotonic() - t0,
+                    None,
+                )
             )
         else:
             if body["chain"]:
                 await self.host.after_success(job, body, res.queue)
             self._acks.setdefault(res.queue, []).append(res.id)
             self._ack_event.set()
-            self.host.emit(JobProcessed(res.id, res.queue, name, res.attempts, _clock.monotonic() - t0))
+            self.host.emit(
+                JobProcessed(res.id, res.queue, name, res.attempts, _clock.monotonic() - t0)
+            )
 
     async def _invoke(self, job: Job, run: JobRun, timeout_s: float | None) -> Any:
         handle = job.handle
@@ -399,7 +423,9 @@ class Worker:
         if not done:
             # A thread cannot be cancelled: fail or release this job, finish the others,
             # and exit non-zero so the supervisor starts a fresh process.
-            log.error("sync job %s overran its timeout of %ss; the worker will exit", run.job_id, limit)
+            log.error(
+                "sync job %s overran its timeout of %ss; the worker will exit", run.job_id, limit
+            )
             self.stop("a sync job could not be cancelled after its timeout", EXIT_STUCK)
             raise JobTimeout(f"job ran longer than its timeout of {limit}s (sync; worker recycled)")
         result = fut.result()
@@ -430,7 +456,13 @@ class Worker:
         await self._retrying(lambda: self.broker.release(k, res.id, delay, exception=True))
         self.host.emit(
             JobReleased(
-                res.id, res.queue, body["displayName"], res.attempts, delay, _clock.monotonic() - t0, _short(exc)
+                res.id,
+                res.queue,
+                body["displayName"],
+                res.attempts,
+                delay,
+                _clock.monotonic() - t0,
+                _short(exc),
             )
         )
 
@@ -463,7 +495,9 @@ class Worker:
         k = self.rq.keys(res.queue)
         await self._retrying(lambda: self.broker.fail(k, res.id, info))
         self.host.emit(
-            JobFailed(res.id, res.queue, display, res.attempts, _short(exc), _clock.monotonic() - t0)
+            JobFailed(
+                res.id, res.queue, display, res.attempts, _short(exc), _clock.monotonic() - t0
+            )
         )
 
     # -- acks, leases, housekeeping ------------------------------------------------------
@@ -493,9 +527,13 @@ class Worker:
         while self._acks:
             batch, self._acks = self._acks, {}
             for queue, ids in batch.items():
-                lost = await self._retrying(lambda q=queue, i=ids: self.broker.ack(self.rq.keys(q), i))
+                lost = await self._ack(queue, ids)
                 if lost:
                     self.reservations_lost += int(lost)
+
+    async def _ack(self, queue: str, ids: list[str]) -> Any:
+        k = self.rq.keys(queue)
+        return await self._retrying(lambda: self.broker.ack(k, ids))
 
     async def _housekeeping(self) -> None:
         lease_every = max(0.2, self.host.retry_after_s / 3)

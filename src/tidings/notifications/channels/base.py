@@ -24,6 +24,7 @@ __all__ = [
     "MAX_RETRY_AFTER_S",
     "REDACTED",
     "DeliveryResult",
+    "find_cause",
     "parse_query",
     "parse_retry_after",
     "redact",
@@ -108,6 +109,18 @@ def safe_cause(exc: BaseException, secrets: Iterable[str | None]) -> BaseExcepti
     """
     text = str(exc)
     return exc if redact(text, secrets) == text else None
+
+
+def find_cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """Return the first exception of type ``kind`` in ``exc``'s cause/context chain."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def shorten(text: str, limit: int = 300) -> str:

@@ -44,6 +44,7 @@ from tidings.errors import (
 )
 from tidings.notifications.channels.base import (
     DeliveryResult,
+    find_cause,
     parse_query,
     redact,
     safe_cause,
@@ -138,17 +139,6 @@ def prepare_envelope(
     return sender, recipients
 
 
-def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, kind):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
-
-
 def _by_code(code: int, text: str) -> ChannelError:
     if 400 <= code < 500:
         return TransientChannelError(text, channel="mail", code=code)
@@ -159,7 +149,7 @@ def _by_code(code: int, text: str) -> ChannelError:
 
 def _translate(exc: BaseException, host: str) -> ChannelError:
     """Map an aiosmtplib/OS error to a channel error (message not yet redacted)."""
-    cert = _find(exc, ssl.SSLCertVerificationError)
+    cert = find_cause(exc, ssl.SSLCertVerificationError)
     if isinstance(cert, ssl.SSLCertVerificationError):
         reason = cert.verify_message or cert.reason or "certificate verify failed"
         return PermanentChannelError(
@@ -182,12 +172,12 @@ def _translate(exc: BaseException, host: str) -> ChannelError:
         return _by_code(exc.code, f"SMTP {exc.code} {shorten(exc.message)}")
     if isinstance(exc, TimeoutError):  # SMTPTimeoutError and asyncio deadlines
         return TransientChannelError(f"SMTP server {host} timed out", channel="mail")
-    gai = _find(exc, socket.gaierror)
+    gai = find_cause(exc, socket.gaierror)
     if isinstance(gai, socket.gaierror):
         return dns_error(gai, host, channel="mail")
     if isinstance(exc, ConnectionError | aiosmtplib.SMTPConnectError):
         return TransientChannelError(f"SMTP connection to {host} failed: {exc}", channel="mail")
-    tls = _find(exc, ssl.SSLError)
+    tls = find_cause(exc, ssl.SSLError)
     if isinstance(tls, ssl.SSLEOFError | ssl.SSLZeroReturnError):
         return TransientChannelError(f"TLS connection to {host} dropped", channel="mail")
     if isinstance(tls, ssl.SSLError):

@@ -138,8 +138,8 @@ class HttpSmsTransport:
                 url,
                 data={"To": to, "From": sender, "Body": message.content},
                 headers={"I-Twilio-Idempotency-Token": delivery_id},
-                auth=httpx.BasicAuth(self._key, self._secret),
             )
+            auth: httpx.BasicAuth | None = httpx.BasicAuth(self._key, self._secret)
         else:
             fields = {
                 "api_key": self._key,
@@ -150,14 +150,18 @@ class HttpSmsTransport:
                 "client-ref": delivery_id,
             }
             request = self._client.build_request("POST", f"{self._base}/sms/json", data=fields)
+            auth = None
         try:
             async with asyncio.timeout(self._timeout_s):
-                response = await self._client.send(request)
+                response = await self._client.send(request, auth=auth)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             error = TransientChannelError(f"cannot reach {self._provider}: {type(exc).__name__}")
             raise self._clean(error) from safe_cause(exc, self._secrets)
         except (httpx.HTTPError, TimeoutError) as exc:
-            text = f"{self._provider} request failed after sending ({type(exc).__name__}); possible duplicate"
+            text = (
+                f"{self._provider} request failed after it was sent ({type(exc).__name__}); "
+                "possible duplicate"
+            )
             raise self._clean(TransientChannelError(text)) from safe_cause(exc, self._secrets)
         return self._result(response, delivery_id)
 
@@ -184,18 +188,23 @@ class HttpSmsTransport:
             raise self._clean(TransientChannelError(text, code=status))
         if status >= 300:
             kind = "credentials rejected" if status in (401, 403) else _detail(body, response)
-            raise self._clean(PermanentChannelError(f"{self._provider} HTTP {status}: {kind}", code=status))
+            raise self._clean(
+                PermanentChannelError(f"{self._provider} HTTP {status}: {kind}", code=status)
+            )
         if self._provider == "twilio":
             sid = body.get("sid") if isinstance(body, dict) else None
             return DeliveryResult("sms", delivery_id, f"HTTP {status}", _str(sid), status)
-        first: Any = {}
-        if isinstance(body, dict) and isinstance(body.get("messages"), list) and body["messages"]:
-            first = body["messages"][0]
-        code = str(first.get("status", "")) if isinstance(first, dict) else ""
+        messages = body.get("messages") if isinstance(body, dict) else None
+        first = messages[0] if isinstance(messages, list) and messages else None
+        if not isinstance(first, dict):
+            first = {}
+        code = str(first.get("status", ""))
         if code != "0":
             text = f"vonage status {code or '?'}: {shorten(str(first.get('error-text', '')), 120)}"
-            kind = TransientChannelError if code in _VONAGE_TRANSIENT else PermanentChannelError
-            raise self._clean(kind(text, code=status))
+            error_type = (
+                TransientChannelError if code in _VONAGE_TRANSIENT else PermanentChannelError
+            )
+            raise self._clean(error_type(text, code=status))
         return DeliveryResult("sms", delivery_id, "status 0", _str(first.get("message-id")), status)
 
     async def close(self) -> None:

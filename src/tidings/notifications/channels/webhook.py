@@ -1,0 +1,254 @@
+"""Webhook transport: a signed JSON POST that cannot be turned against the network inside.
+
+Request::
+
+    POST <url>
+    content-type: application/json
+    webhook-id: <delivery_id>          same on every retry, so receivers de-duplicate
+    webhook-timestamp: <unix seconds>  fresh per attempt
+    webhook-signature: v1,<base64>     fresh per attempt (Standard Webhooks)
+
+    {"type": "...", "timestamp": "2026-01-01T00:00:00Z", "data": {...}}
+
+Before any connect the URL is vetted, resolved once and pinned (see
+:mod:`tidings.notifications.net`). Redirects are never followed. One deadline covers
+the whole attempt — connect, send, headers and body — and at most
+``max_response_bytes`` of the body are read (undecoded, so a gzip bomb stays small)
+before the connection is closed.
+
+Outcomes: ``2xx`` delivered; ``410`` :class:`WebhookGoneError` (permanent, the
+endpoint should be disabled); ``429``/``5xx``/``408`` transient with ``Retry-After``;
+``3xx`` and other ``4xx`` permanent; connect failures and timeouts transient.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import orjson
+
+from tidings import _clock
+from tidings.errors import (
+    ChannelError,
+    PermanentChannelError,
+    TransientChannelError,
+    ValidationError,
+)
+from tidings.notifications.channels.base import (
+    DeliveryResult,
+    find_cause,
+    parse_retry_after,
+    redact,
+    shorten,
+)
+from tidings.notifications.messages import WebhookMessage
+from tidings.notifications.net import (
+    PinnedTransport,
+    Resolver,
+    SystemResolver,
+    check_url,
+    pinned,
+    resolve_target,
+)
+from tidings.notifications.validation import validate_header
+from tidings.notifications.webhooks import decode_secret, sign
+
+__all__ = ["WebhookGoneError", "WebhookTransport"]
+
+_log = logging.getLogger("tidings.webhook")
+_USER_AGENT = "tidings-webhooks/1"
+
+
+class WebhookGoneError(PermanentChannelError):
+    """The endpoint answered ``410 Gone``: stop sending to it (``disabled`` is True)."""
+
+    disabled = True
+
+
+def _encode(message: WebhookMessage) -> bytes:
+    if not isinstance(message.data, dict):
+        raise ValidationError("webhook data must be a dict", field="data")
+    event_type = validate_header(message.type or "notification", "type")
+    now = datetime.fromtimestamp(_clock.now(), UTC).isoformat().replace("+00:00", "Z")
+    payload = {"type": event_type, "timestamp": now, "data": message.data}
+    try:
+        return orjson.dumps(payload, default=_json_default)
+    except TypeError as exc:
+        raise ValidationError(
+            f"webhook data is not JSON-serializable: {exc}", field="data"
+        ) from None
+
+
+def _json_default(value: Any) -> Any:
+    # Decimal and other number-like values keep their exact text.
+    if type(value).__name__ == "Decimal":
+        return str(value)
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    raise TypeError(type(value).__name__)
+
+
+class WebhookTransport:
+    """POSTs :class:`WebhookMessage` payloads through a pinned, guarded httpx client."""
+
+    def __init__(
+        self,
+        *,
+        secret: str | None,
+        allow_private: bool,
+        resolver: Resolver | None = None,
+        deadline_s: float = 10.0,
+        max_response_bytes: int = 65536,
+        connect_timeout_s: float = 5.0,
+        verify: ssl.SSLContext | bool = True,
+    ) -> None:
+        """Configure the transport; no connection is made until the first send.
+
+        Args:
+            secret: ``whsec_…`` signing secret; None sends unsigned (with a warning).
+            allow_private: allow private, loopback and link-local targets.
+            resolver: DNS resolver (default: the system's, via the event loop).
+            deadline_s: bound on one whole attempt.
+            max_response_bytes: most response-body bytes read.
+            connect_timeout_s: bound on DNS and on the TCP/TLS connect.
+            verify: TLS verification; an ``SSLContext`` trusts a private CA.
+
+        Raises:
+            ConfigurationError: the secret is not valid base64.
+        """
+        self._key = decode_secret(secret) if secret else None
+        self._secrets = [secret]
+        self._allow_private = allow_private
+        self._resolver: Resolver = resolver or SystemResolver()
+        self._deadline_s, self._cap = deadline_s, max_response_bytes
+        self._connect_timeout_s = connect_timeout_s
+        self._warned = False
+        timeout = httpx.Timeout(deadline_s, connect=connect_timeout_s)
+        self._client = httpx.AsyncClient(
+            transport=PinnedTransport(verify=verify),
+            timeout=timeout,
+            follow_redirects=False,
+            trust_env=False,
+        )
+
+    async def send(self, url: str, message: WebhookMessage, delivery_id: str) -> DeliveryResult:
+        """POST ``message`` to ``url`` (the caller picks ``message.url`` over the route).
+
+        Raises:
+            ValidationError: forbidden or malformed URL, or unserializable data.
+            WebhookGoneError: the endpoint answered 410.
+            TransientChannelError: 429, 5xx, 408, timeouts, connect failures, DNS.
+            PermanentChannelError: 3xx, other 4xx, unknown host.
+        """
+        validate_header(delivery_id, "delivery_id")
+        target = check_url(url, self._allow_private)
+        body = _encode(message)
+        ip = await resolve_target(
+            target,
+            self._resolver,
+            allow_private=self._allow_private,
+            timeout_s=self._connect_timeout_s,
+        )
+        request = self._client.build_request(
+            "POST", url, content=body, headers=self._headers(delivery_id, body)
+        )
+        status: int | None = None
+        headers: httpx.Headers | None = None
+        chunks: list[bytes] = []
+        try:
+            async with asyncio.timeout(self._deadline_s):
+                with pinned(target.host, target.port, ip):
+                    response = await self._client.send(request, stream=True)
+                try:
+                    status, headers = response.status_code, response.headers
+                    await self._read_capped(response, chunks)
+                finally:
+                    await response.aclose()
+        except TimeoutError:
+            if status is None:
+                raise self._error(
+                    TransientChannelError,
+                    f"{target.host} did not answer within {self._deadline_s:g}s "
+                    "(the request may have been delivered)",
+                ) from None
+            # Headers arrived in time; only the body trickled. The status decides.
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc, target.host, status) from None
+        assert status is not None and headers is not None
+        return self._outcome(status, headers, b"".join(chunks), delivery_id)
+
+    def _headers(self, delivery_id: str, body: bytes) -> dict[str, str]:
+        timestamp = str(int(_clock.now()))
+        headers = {
+            "content-type": "application/json",
+            "user-agent": _USER_AGENT,
+            "accept-encoding": "identity",
+            "webhook-id": delivery_id,
+            "webhook-timestamp": timestamp,
+        }
+        if self._key is not None:
+            headers["webhook-signature"] = sign(self._key, delivery_id, timestamp, body)
+        elif not self._warned:
+            self._warned = True
+            _log.warning("webhook secret not set: webhooks are sent unsigned")
+        return headers
+
+    async def _read_capped(self, response: httpx.Response, chunks: list[bytes]) -> None:
+        remaining = self._cap
+        async for chunk in response.aiter_raw():
+            chunks.append(chunk[:remaining])
+            remaining -= len(chunks[-1])
+            if remaining <= 0:
+                break
+
+    def _error(
+        self,
+        kind: type[ChannelError],
+        text: str,
+        code: int | None = None,
+        retry: float | None = None,
+    ) -> ChannelError:
+        return kind(redact(text, self._secrets), channel="webhook", code=code, retry_after_s=retry)
+
+    def _transport_error(self, exc: httpx.HTTPError, host: str, status: int | None) -> ChannelError:
+        name = type(exc).__name__
+        if status is not None:
+            # The response had started: the delivery happened; only reading failed.
+            return self._error(
+                TransientChannelError, f"reading the reply from {host} failed ({name})"
+            )
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+            text = f"cannot connect to {host} ({name}: {shorten(str(exc), 120)})"
+            cert = find_cause(exc, ssl.SSLCertVerificationError) is not None
+            kind: type[ChannelError] = PermanentChannelError if cert else TransientChannelError
+            return self._error(kind, text)
+        return self._error(
+            TransientChannelError, f"request to {host} failed ({name}); it may have been delivered"
+        )
+
+    def _outcome(
+        self, status: int, headers: httpx.Headers, body: bytes, delivery_id: str
+    ) -> DeliveryResult:
+        excerpt = redact(shorten(body[:1024].decode("utf-8", "replace")), self._secrets)
+        if 200 <= status < 300:
+            return DeliveryResult("webhook", delivery_id, excerpt or f"HTTP {status}", None, status)
+        text = f"HTTP {status}" + (f": {excerpt}" if excerpt else "")
+        if status == 410:
+            raise self._error(WebhookGoneError, f"HTTP 410: endpoint gone; {excerpt}", 410)
+        if status in (408, 429) or 500 <= status < 600:
+            retry = parse_retry_after(headers.get("retry-after"))
+            raise self._error(TransientChannelError, text, status, retry)
+        if 300 <= status < 400:
+            raise self._error(
+                PermanentChannelError, f"HTTP {status} (redirects are not followed)", status
+            )
+        raise self._error(PermanentChannelError, text, status)
+
+    async def close(self) -> None:
+        """Close pooled connections."""
+        await self._client.aclose()
