@@ -50,6 +50,9 @@ def main() -> int:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/hooks"
+    # Start clean: jobs left by an interrupted earlier run would point at an old receiver.
+    app.queue_for().clear("default")
+    app.queue_for().flush()
     outbox = Path(".tidings/outbox")
     before = set(outbox.glob("*.eml")) if outbox.exists() else set()
 

@@ -19,6 +19,7 @@ import click
 import orjson
 
 from tidings.app import App
+from tidings.cli_batches import make_group as make_batches_group
 from tidings.queue.events import JobFailed, JobProcessed, JobProcessing, JobReleased
 from tidings.queue.worker import EXIT_STUCK, Worker, WorkerOptions
 
@@ -126,7 +127,8 @@ def main(ctx: click.Context, /, app_spec: str | None, **opts: Any) -> None:
     if opts["processes"] > 1:
         from tidings.supervisor import supervise
 
-        sys.exit(supervise(opts["processes"], sys.argv))
+        grace, timeout = opts["grace"], opts["timeout"]
+        sys.exit(supervise(opts["processes"], sys.argv, grace_s=grace, timeout_s=timeout))
     app = load_app(app_spec)
     install_output(app, json_logs=opts["json_logs"])
     options = WorkerOptions(
@@ -267,6 +269,9 @@ def failed_prune(ctx: click.Context, hours: float) -> None:
     """Delete failed jobs older than N hours."""
     n = _app(ctx).queue_for(None).prune(hours * 3600)
     click.echo(f"Deleted {n} failed jobs older than {hours:g} hours.")
+
+
+main.add_command(make_batches_group(_app), "batches")
 
 
 if __name__ == "__main__":  # pragma: no cover

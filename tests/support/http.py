@@ -11,6 +11,7 @@ Nothing here imports tidings.
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -136,13 +137,25 @@ class HttpServer:
         port: the listening port.
     """
 
-    def __init__(self, script: Script = (), *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        script: Script = (),
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tls_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.script = script
         self.hits: list[Hit] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._server = _Server((host, port), _Handler)
         self._server.owner = self
+        self.scheme = "http"
+        if tls_context is not None:
+            # Handshakes run in accept(); a failed one is an OSError the server ignores.
+            self._server.socket = tls_context.wrap_socket(self._server.socket, server_side=True)
+            self.scheme = "https"
         self.host = host
         self.port: int = self._server.server_address[1]
         self._thread = threading.Thread(
@@ -151,7 +164,7 @@ class HttpServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     def record(self, hit: Hit) -> Reply:
         with self._lock:

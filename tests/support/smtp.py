@@ -26,7 +26,7 @@ from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session
 
 from .procs import free_port
 
-__all__ = ["Received", "Recorder", "SmtpServer", "Tarpit"]
+__all__ = ["Received", "Recorder", "SmtpServer", "Tarpit", "TlsFiles", "make_tls", "wait_until"]
 
 
 @dataclass
@@ -46,11 +46,26 @@ class Recorder:
     data_reply: str | None = None
     data_delay_s: float = 0.0
     close_after_data: bool = False
+    drop_after_messages: int | None = None
     messages: list[Received] = field(default_factory=list)
     rcpts_seen: list[str] = field(default_factory=list)
     sessions: int = 0
     auth_attempts: list[tuple[str, bytes]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    async def handle_MAIL(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
+    ) -> str:
+        # Hang up without a reply once this session has carried enough messages: what
+        # a server's idle timeout looks like to a client that still holds the socket.
+        done = getattr(session, "delivered", 0)
+        if self.drop_after_messages is not None and done >= self.drop_after_messages:
+            if isinstance(server.transport, asyncio.Transport):
+                server.transport.abort()
+            return "421 4.4.2 idle too long"
+        envelope.mail_from = address
+        envelope.mail_options.extend(options)
+        return "250 OK"
 
     async def handle_RCPT(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
@@ -72,16 +87,19 @@ class Recorder:
             with self.lock:
                 self.messages.append(
                     Received(
-                        str(envelope.mail_from), list(envelope.rcpt_tos), bytes(envelope.content)
+                        str(envelope.mail_from),
+                        list(envelope.rcpt_tos),
+                        envelope.original_content or b"",
                     )
                 )
             reply = "250 2.0.0 queued as 42"
+            session.delivered = getattr(session, "delivered", 0) + 1  # type: ignore[attr-defined]
         if self.close_after_data and server.transport is not None:
             asyncio.get_running_loop().call_later(0.05, server.transport.close)
         return reply
 
 
-class _CountingSMTP(SMTP):  # type: ignore[misc]
+class _CountingSMTP(SMTP):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         recorder: Recorder = self.event_handler
         with recorder.lock:
@@ -89,7 +107,7 @@ class _CountingSMTP(SMTP):  # type: ignore[misc]
         super().connection_made(transport)
 
 
-class _Controller(Controller):  # type: ignore[misc]
+class _Controller(Controller):
     def factory(self) -> SMTP:
         return _CountingSMTP(self.handler, **self.SMTP_kwargs)
 
@@ -115,6 +133,7 @@ class SmtpServer:
         *,
         tls_context: ssl.SSLContext | None = None,
         require_starttls: bool = False,
+        implicit_tls: ssl.SSLContext | None = None,
         authenticator: Any = None,
     ) -> None:
         self.recorder = recorder or Recorder()
@@ -122,6 +141,8 @@ class SmtpServer:
         self._kwargs: dict[str, Any] = {"server_hostname": "mx.test"}
         if tls_context is not None:
             self._kwargs.update(tls_context=tls_context, require_starttls=require_starttls)
+        if implicit_tls is not None:
+            self._kwargs.update(ssl_context=implicit_tls)
         if authenticator is not None:
             self._kwargs.update(authenticator=authenticator, auth_require_tls=False)
         self._controller: _Controller | None = None
@@ -217,3 +238,24 @@ def wait_until(predicate: Any, timeout_s: float = 5.0) -> bool:
             return True
         time.sleep(0.02)
     return bool(predicate())
+
+
+@dataclass
+class TlsFiles:
+    """A server SSL context and the path of the CA file that trusts it."""
+
+    server_context: ssl.SSLContext
+    ca_path: str
+
+
+def make_tls(directory: Any, name: str = "ca") -> TlsFiles:
+    """Issue a ``trustme`` certificate for 127.0.0.1/localhost/mx.test under a fresh CA."""
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost", "mx.test")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(context)
+    ca_path = f"{directory}/{name}.pem"
+    ca.cert_pem.write_to_path(ca_path)
+    return TlsFiles(context, ca_path)

@@ -40,6 +40,7 @@ import jinja2
 from tidings import _clock
 from tidings.errors import TemplateError, ValidationError
 from tidings.notifications.validation import (
+    validate_delivery_id,
     validate_email,
     validate_header,
     validate_sender,
@@ -65,7 +66,6 @@ Level = Literal["info", "success", "error"]
 
 _PACKAGE_TEMPLATES = Path(__file__).parent / "templates"
 _LEVEL_COLORS = {"info": "#2563eb", "success": "#16a34a", "error": "#dc2626"}
-_DELIVERY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _MIME_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*")
 _URL_SCHEMES = ("http://", "https://", "mailto:")
 MAX_ATTACHMENT_BYTES = 25 * 1024 * 1024
@@ -456,9 +456,7 @@ def message_id_for(delivery_id: str) -> str:
     Raises:
         ValidationError: the id has characters other than letters, digits, ``._-``.
     """
-    if not isinstance(delivery_id, str) or not _DELIVERY_ID.fullmatch(delivery_id):
-        raise ValidationError("delivery id must be 1-128 of [A-Za-z0-9._-]", field="message_id")
-    return f"<{delivery_id}@tidings>"
+    return f"<{validate_delivery_id(delivery_id, 'message_id')}@tidings>"
 
 
 def build_email(

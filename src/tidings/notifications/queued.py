@@ -35,8 +35,10 @@ class SendQueuedNotification(Job):
         return f"{type(self.notification).__qualname__} ({self.channel})"
 
     def middleware(self) -> list[Any]:
-        """The notification's middleware."""
-        return self.notification.middleware()
+        """The channel's rate limit (``app.rate_limit``), then the notification's middleware."""
+        from tidings.queue.limits import channel_limits
+
+        return [*channel_limits(self.channel), *self.notification.middleware()]
 
     async def handle(self) -> Any:
         """Send through the app's channel."""

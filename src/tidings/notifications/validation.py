@@ -27,6 +27,7 @@ import email_validator
 from tidings.errors import ValidationError
 
 __all__ = [
+    "validate_delivery_id",
     "validate_e164",
     "validate_email",
     "validate_header",
@@ -35,6 +36,7 @@ __all__ = [
 ]
 
 _TEST_DOMAINS_ENV = "TIDINGS_EMAIL_TEST_DOMAINS"
+_DELIVERY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _E164 = re.compile(r"\+[1-9][0-9]{6,14}")
 # RFC 5322 field-name: printable ASCII except colon.
 _HEADER_NAME = re.compile(r"[!-9;-~]{1,76}")
@@ -163,6 +165,7 @@ def validate_email(addr: str, field: str, *, allow_test_domains: bool | None = N
             allow_quoted_local=False,
             allow_domain_literal=False,
             test_environment=test_env,
+            strict=True,  # also enforces the 64-octet local-part limit
         )
     except email_validator.EmailNotValidError as exc:
         raise ValidationError(str(exc), field=field) from None
@@ -210,3 +213,17 @@ def validate_e164(number: str, field: str = "to") -> str:
     if not isinstance(number, str) or not _E164.fullmatch(number):
         raise ValidationError("phone number must be E.164, like +15551234567", field=field)
     return number
+
+
+def validate_delivery_id(delivery_id: str, field: str = "delivery_id") -> str:
+    """Check a delivery id is 1-128 of ``[A-Za-z0-9._-]``, not starting with a dot or dash.
+
+    The id becomes a Message-ID, a file name, an HTTP header and a provider's
+    idempotency key, so it must be safe in all four.
+
+    Raises:
+        ValidationError: the id has any other character.
+    """
+    if not isinstance(delivery_id, str) or not _DELIVERY_ID.fullmatch(delivery_id):
+        raise ValidationError("delivery id must be 1-128 of [A-Za-z0-9._-]", field=field)
+    return delivery_id

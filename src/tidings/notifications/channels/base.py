@@ -102,13 +102,22 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
 
 
 def safe_cause(exc: BaseException, secrets: Iterable[str | None]) -> BaseException | None:
-    """Return ``exc`` to chain (``raise … from``) only if its text carries no secret.
+    """Return ``exc`` to chain (``raise … from``) only if no exception in its chain
+    carries a secret.
 
-    Chained exceptions are printed in tracebacks and failed-store records, so one
-    whose message would need redacting is dropped from the chain instead.
+    Chained exceptions are printed in tracebacks and failed-store records, so a chain
+    any of whose messages would need redacting is dropped instead.
     """
-    text = str(exc)
-    return exc if redact(text, secrets) == text else None
+    secrets = list(secrets)
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        text = f"{current!s} {current!r}"
+        if redact(text, secrets) != text:
+            return None
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return exc
 
 
 def find_cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:

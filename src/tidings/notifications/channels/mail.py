@@ -5,6 +5,8 @@ DSNs (Symfony Mailer style)::
     smtp://user:pass@host:587      STARTTLS when the server offers it
     smtp://host:25?tls=required    STARTTLS or fail;  ?tls=off never (plain text)
     smtps://user:pass@host:465     implicit TLS
+    ...?ca=/path/ca.pem            trust this CA bundle (also the tls_ca argument)
+    ...?local_hostname=mx.acme.io  name sent in EHLO (default: this host's name)
     file:///abs/outbox             one <delivery_id>.eml per message (file://./rel works)
     log://                         a summary line on the ``tidings.mail`` logger
 
@@ -255,8 +257,11 @@ class SmtpTransport:
                 self._drop()
                 raise
             except Exception as exc:
-                if not isinstance(exc, aiosmtplib.SMTPResponseException) or exc.code == 421:
-                    self._drop()  # the session state is unknown; start clean next time
+                # After a refusal aiosmtplib has sent RSET, so the session is reusable;
+                # after anything else its state is unknown: start clean next time.
+                refusal = aiosmtplib.SMTPResponseException, aiosmtplib.SMTPRecipientsRefused
+                if not isinstance(exc, refusal) or getattr(exc, "code", None) == 421:
+                    self._drop()
                 error = _redacted(_translate(exc, self._host), self._secrets)
                 raise error from safe_cause(exc, self._secrets)
         response = shorten(reply)

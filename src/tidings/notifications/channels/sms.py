@@ -39,7 +39,11 @@ from tidings.notifications.channels.base import (
     shorten,
 )
 from tidings.notifications.messages import SmsMessage
-from tidings.notifications.validation import validate_e164, validate_header
+from tidings.notifications.validation import (
+    validate_delivery_id,
+    validate_e164,
+    validate_header,
+)
 
 __all__ = [
     "HttpSmsTransport",
@@ -130,6 +134,7 @@ class HttpSmsTransport:
             TransientChannelError: 429, 5xx, timeouts, connection failures.
             PermanentChannelError: 401 and other 4xx, or a Vonage rejection.
         """
+        validate_delivery_id(delivery_id)
         sender = _check(to, message, self._sender)
         if self._provider == "twilio":
             url = f"{self._base}/2010-04-01/Accounts/{urllib.parse.quote(self._key)}/Messages.json"

@@ -55,7 +55,7 @@ from tidings.notifications.net import (
     pinned,
     resolve_target,
 )
-from tidings.notifications.validation import validate_header
+from tidings.notifications.validation import validate_delivery_id, validate_header
 from tidings.notifications.webhooks import decode_secret, sign
 
 __all__ = ["WebhookGoneError", "WebhookTransport"]
@@ -145,7 +145,7 @@ class WebhookTransport:
             TransientChannelError: 429, 5xx, 408, timeouts, connect failures, DNS.
             PermanentChannelError: 3xx, other 4xx, unknown host.
         """
-        validate_header(delivery_id, "delivery_id")
+        validate_delivery_id(delivery_id)
         target = check_url(url, self._allow_private)
         body = _encode(message)
         ip = await resolve_target(

@@ -1,0 +1,288 @@
+"""Signed envelopes: sealing, verifying, and refusing every tampered or malformed one.
+
+B2 (wrong shape) and B5 (tampering) at the unit level; the worker-level rows (failed
+store, nothing imported) are in tests/integration/test_worker.py. No sockets.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import uuid
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tidings.errors import ConfigurationError, PayloadRejected, PayloadTooLarge, SerializationError
+from tidings.queue.payload import JobBody, open_envelope, seal
+from tidings.queue.signing import Signer, parse_keys
+
+KEY = b"k" * 32
+OTHER = b"o" * 32
+MAX = 1024 * 1024
+
+
+def body_for(job_id: str | None = None, **changes: Any) -> JobBody:
+    body: dict[str, Any] = {
+        "uuid": job_id or uuid.uuid4().hex,
+        "displayName": "SendInvoice",
+        "job": "app.jobs:SendInvoice",
+        "data": {"__t": "dc", "c": "app.jobs:SendInvoice", "f": {"id": 7, "items": [], "meta": {}}},
+        "maxTries": 3,
+        "maxExceptions": None,
+        "backoff": [1.0, 5.0],
+        "timeout": 30,
+        "retryUntil": None,
+        "pushedAt": 1_700_000_000.25,
+        "chain": [],
+        "chainCatch": None,
+    }
+    body.update(changes)
+    return body  # type: ignore[return-value]
+
+
+def sealed(body: JobBody | None = None, key: bytes = KEY) -> tuple[str, bytes]:
+    body = body or body_for()
+    return body["uuid"], seal(body, Signer([key]), max_bytes=MAX)
+
+
+def sign_raw(raw: bytes, key: bytes = KEY) -> bytes:
+    """An envelope around arbitrary body bytes, correctly signed."""
+    sig = hmac.new(key, raw, hashlib.sha256).hexdigest().encode()
+    return b'{"sig":"' + sig + b'","body":' + raw + b"}"
+
+
+# -- the happy path --------------------------------------------------------------------------
+
+
+def test_seal_then_open_returns_the_body() -> None:
+    body = body_for()
+    job_id, env = sealed(body)
+    assert open_envelope(env, Signer([KEY]), job_id=job_id) == body
+
+
+def test_envelope_shape_is_one_json_document_with_sig_over_raw_body() -> None:
+    body = body_for()
+    job_id, env = sealed(body)
+    doc = orjson.loads(env)
+    assert list(doc) == ["sig", "body"]
+    assert doc["body"] == body
+    raw = orjson.dumps(body)
+    assert doc["sig"] == hmac.new(KEY, raw, hashlib.sha256).hexdigest()
+    assert env == b'{"sig":"' + doc["sig"].encode() + b'","body":' + raw + b"}"
+
+
+def test_body_bytes_are_kept_exactly() -> None:
+    """[] stays [], {} stays {}, big ints and non-ASCII survive (no cjson in the path)."""
+    data = {"empty_list": [], "empty_obj": {}, "big": 2**63 - 1, "slash": "a/b", "text": "\u00e9\u4e2d"}
+    body = body_for(data=data)
+    job_id, env = sealed(body)
+    assert b'"empty_list":[]' in env and b'"empty_obj":{}' in env
+    assert str(2**63 - 1).encode() in env
+    assert open_envelope(env, Signer([KEY]), job_id=job_id)["data"] == data
+
+
+def test_key_rotation_first_signs_all_verify() -> None:
+    job_id, old_env = sealed(key=OTHER)
+    rotated = Signer([KEY, OTHER])
+    assert open_envelope(old_env, rotated, job_id=job_id)["uuid"] == job_id
+    new_id, new_env = sealed(body_for(), key=KEY)
+    assert new_env == seal(open_envelope(new_env, rotated, job_id=new_id), rotated, max_bytes=MAX)
+    with pytest.raises(PayloadRejected, match="bad signature"):
+        open_envelope(old_env, Signer([KEY]), job_id=job_id)
+
+
+def test_extra_body_fields_are_tolerated() -> None:
+    """Documented outcome: unknown fields are ignored (forward compatible); the body is
+    still signed, so nobody but a key holder can add them."""
+    body = body_for(extra="x")
+    job_id, env = sealed(body)
+    assert open_envelope(env, Signer([KEY]), job_id=job_id)["extra"] == "x"  # type: ignore[typeddict-item]
+
+
+def test_seal_refuses_oversize_before_anything_is_pushed() -> None:
+    body = body_for(data="x" * 5000)
+    with pytest.raises(PayloadTooLarge, match="limit is 4096") as info:
+        seal(body, Signer([KEY]), max_bytes=4096)
+    assert isinstance(info.value, SerializationError)
+
+
+# -- keys ------------------------------------------------------------------------------------
+
+
+def test_parse_keys() -> None:
+    raw = bytes(range(32))
+    keys = parse_keys(f" {'a' * 16} , base64:{base64.b64encode(raw).decode()} ,")
+    assert keys == [b"a" * 16, raw]
+    for bad in ("", "short", ",,", f"{'a' * 16},tooshort"):
+        with pytest.raises(ConfigurationError):
+            parse_keys(bad)
+
+
+# -- tampering (B5) --------------------------------------------------------------------------
+
+
+def _flip(env: bytes, index: int) -> bytes:
+    b = bytearray(env)
+    b[index] ^= 0x01
+    return bytes(b)
+
+
+def test_flip_one_byte_of_the_body_is_refused() -> None:
+    job_id, env = sealed()
+    at = env.index(b'"id":7') + 5  # the digit 7 -> 6: still valid JSON, same shape
+    with pytest.raises(PayloadRejected, match="bad signature"):
+        open_envelope(_flip(env, at), Signer([KEY]), job_id=job_id)
+
+
+def test_flip_one_byte_of_the_signature_is_refused() -> None:
+    job_id, env = sealed()
+    for at in (8, 40, 71):
+        with pytest.raises(PayloadRejected, match="bad signature"):
+            open_envelope(_flip(env, at), Signer([KEY]), job_id=job_id)
+
+
+def test_uppercase_signature_is_refused() -> None:
+    job_id, env = sealed()
+    upper = env[:8] + env[8:72].upper() + env[72:]
+    assert upper != env
+    with pytest.raises(PayloadRejected):
+        open_envelope(upper, Signer([KEY]), job_id=job_id)
+
+
+def test_swapped_bodies_are_refused() -> None:
+    a_id, a = sealed()
+    b_id, b = sealed()
+    swapped = a[:72] + b[72:]  # a's signature, b's body
+    with pytest.raises(PayloadRejected, match="bad signature"):
+        open_envelope(swapped, Signer([KEY]), job_id=b_id)
+    with pytest.raises(PayloadRejected, match="bad signature"):
+        open_envelope(swapped, Signer([KEY]), job_id=a_id)
+
+
+def test_signature_made_with_another_key_is_refused() -> None:
+    job_id, env = sealed(key=OTHER)
+    with pytest.raises(PayloadRejected, match="bad signature"):
+        open_envelope(env, Signer([KEY]), job_id=job_id)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda raw: raw,  # a bare body, no envelope
+        lambda raw: b'{"body":' + raw + b"}",
+        lambda raw: b'{"sig":"","body":' + raw + b"}",
+        lambda raw: b'{"body":' + raw + b',"sig":"' + b"0" * 64 + b'"}',
+        lambda raw: b'{ "sig":"' + b"0" * 64 + b'","body":' + raw + b"}",
+        lambda raw: b"",
+        lambda raw: b"not-json{",
+        lambda raw: b"[]",
+    ],
+    ids=["bare", "no-sig", "empty-sig", "reordered", "whitespace", "empty", "garbage", "array"],
+)
+def test_unsigned_or_misshapen_envelopes_are_refused(make: Any) -> None:
+    body = body_for()
+    with pytest.raises(PayloadRejected, match="bad signature"):
+        open_envelope(make(orjson.dumps(body)), Signer([KEY]), job_id=body["uuid"])
+
+
+def test_id_mismatch_is_refused() -> None:
+    job_id, env = sealed()
+    with pytest.raises(PayloadRejected, match="does not match"):
+        open_envelope(env, Signer([KEY]), job_id=uuid.uuid4().hex)
+
+
+# -- wrong shape (B2): correctly signed, still refused ---------------------------------------
+
+WRONG: list[tuple[str, Any]] = [
+    ("uuid", 123),
+    ("displayName", None),
+    ("job", ["a"]),
+    ("maxTries", "3"),
+    ("maxTries", True),
+    ("maxTries", 3.5),
+    ("maxExceptions", "1"),
+    ("timeout", "30"),
+    ("retryUntil", "tomorrow"),
+    ("pushedAt", None),
+    ("chain", {}),
+    ("backoff", "fast"),
+    ("backoff", ["x"]),
+    ("backoff", {"exp": "1"}),
+    ("chainCatch", "x"),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), WRONG, ids=lambda v: repr(v))
+def test_wrong_field_types_are_refused(name: str, value: Any) -> None:
+    body = body_for()
+    body[name] = value  # type: ignore[literal-required]
+    raw = orjson.dumps(body)
+    with pytest.raises(PayloadRejected, match="malformed payload"):
+        open_envelope(sign_raw(raw), Signer([KEY]), job_id=body["uuid"])
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["uuid", "displayName", "job", "data", "maxTries", "maxExceptions", "backoff", "timeout",
+     "retryUntil", "pushedAt", "chain", "chainCatch"],
+)
+def test_missing_fields_are_refused(name: str) -> None:
+    body: dict[str, Any] = dict(body_for())
+    job_id = body["uuid"]
+    del body[name]
+    with pytest.raises(PayloadRejected, match="malformed payload"):
+        open_envelope(sign_raw(orjson.dumps(body)), Signer([KEY]), job_id=job_id)
+
+
+@pytest.mark.parametrize("raw", [b"[1,2]", b'"text"', b"null", b"{bad json", b"123"])
+def test_signed_non_object_bodies_are_refused(raw: bytes) -> None:
+    with pytest.raises(PayloadRejected, match="malformed payload"):
+        open_envelope(sign_raw(raw), Signer([KEY]), job_id="x" * 32)
+
+
+# -- property: any mutation of a valid envelope is refused -----------------------------------
+
+_ID, _ENV = sealed(body_for(data={"n": 1, "nested": [[], {}], "s": "\u00e9/"}))
+
+mutation = st.one_of(
+    st.tuples(st.just("flip"), st.integers(0, len(_ENV) - 1), st.integers(1, 255)),
+    st.tuples(st.just("delete"), st.integers(0, len(_ENV) - 1), st.integers(1, 8)),
+    st.tuples(st.just("insert"), st.integers(0, len(_ENV)), st.binary(min_size=1, max_size=8)),
+    st.tuples(st.just("truncate"), st.integers(0, len(_ENV) - 1), st.just(0)),
+    st.tuples(st.just("append"), st.binary(min_size=1, max_size=8), st.just(0)),
+)
+
+
+def _mutate(env: bytes, m: tuple[Any, ...]) -> bytes:
+    kind = m[0]
+    if kind == "append":
+        return env + m[1]
+    at = m[1] % max(1, len(env))  # earlier mutations may have shortened it
+    if kind == "flip":
+        if not env:
+            return env
+        b = bytearray(env)
+        b[at] ^= m[2]
+        return bytes(b)
+    if kind == "delete":
+        return env[:at] + env[at + m[2] :]
+    if kind == "insert":
+        return env[:at] + m[2] + env[at:]
+    return env[:at]
+
+
+@settings(max_examples=400, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(mutation, min_size=1, max_size=3))
+def test_random_mutations_are_each_refused(mutations: list[tuple[Any, ...]]) -> None:
+    env = _ENV
+    for m in mutations:
+        env = _mutate(env, m)
+    if env == _ENV:  # mutations that cancel out leave the original, which is valid
+        return
+    with pytest.raises(PayloadRejected):
+        open_envelope(env, Signer([KEY]), job_id=_ID)
