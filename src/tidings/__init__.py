@@ -16,6 +16,7 @@ from typing import Any
 from tidings import _current
 from tidings.app import App
 from tidings.errors import (
+    BatchClosed,
     ChannelError,
     ConfigurationError,
     PayloadTooLarge,
@@ -28,11 +29,14 @@ from tidings.events.call_queued import CallQueuedListener
 from tidings.events.dispatcher import Dispatcher
 from tidings.events.listener import Event, Listener, ShouldQueue, queued
 from tidings.queue.backoff import Exponential
+from tidings.queue.batch import batch
 from tidings.queue.chain import chain
 from tidings.queue.job import Job, PendingDispatch
+from tidings.queue.limits import RateLimited, Skip, ThrottlesExceptions, WithoutOverlapping
 
 __all__ = [
     "App",
+    "BatchClosed",
     "CallQueuedListener",
     "ChannelError",
     "ConfigurationError",
@@ -44,10 +48,15 @@ __all__ = [
     "PayloadTooLarge",
     "PendingDispatch",
     "QueueUnavailable",
+    "RateLimited",
     "SerializationError",
     "ShouldQueue",
+    "Skip",
+    "ThrottlesExceptions",
     "TidingsError",
     "ValidationError",
+    "WithoutOverlapping",
+    "batch",
     "chain",
     "dispatch",
     "event",
@@ -61,8 +70,8 @@ def event(e: Any, *args: Any) -> Any:
     return _current.current().dispatch(e, *args)
 
 
-def dispatch(job: Job | PendingDispatch) -> str:
-    """Push a job on the current App; returns the job id."""
+def dispatch(job: Job | PendingDispatch) -> str | None:
+    """Push a job on the current App; returns the job id (None: a dropped unique job)."""
     pending = job if isinstance(job, PendingDispatch) else PendingDispatch(job)
     return pending.dispatch()
 

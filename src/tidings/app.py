@@ -7,7 +7,9 @@ Creating an App makes it current (as Celery's apps do), so the module helpers
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
+import types
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,13 +19,15 @@ from tidings.config import Settings
 from tidings.errors import PayloadRejected
 from tidings.events.call_queued import CallQueuedListener
 from tidings.events.dispatcher import Dispatcher, EventKey, ListenerLike, QueuedTarget
-from tidings.events.listener import set_current_dispatcher_provider
+from tidings.events.listener import QueuedFunction, set_current_dispatcher_provider
 from tidings.queue.events import JobQueued
 from tidings.queue.job import Job, PendingDispatch, option
 from tidings.queue.payload import JobBody
 from tidings.queue.producer import prepare
 from tidings.queue.redis_queue import RedisQueue
 from tidings.queue.signing import Signer, parse_keys
+
+log = logging.getLogger("tidings.app")
 
 
 def _caller_package() -> str | None:
@@ -63,6 +67,8 @@ class App:
             queue_listener=self._queue_listener, queue_listener_async=self._queue_listener_async
         )
         self.job_middleware: list[Any] = []
+        self.channel_limits: dict[str, Any] = {}  # channel -> RateLimited (rate_limit)
+        self.schedules: list[Any] = []  # Schedule entries (schedule)
         self._notifications: Any = None
         self.make_current()
 
@@ -129,18 +135,41 @@ class App:
             obj: Any = importlib.import_module(module)
             for part in qualname.split("."):
                 obj = getattr(obj, part)
+                if isinstance(obj, types.ModuleType):
+                    # ``allowed.module:os.system`` would reach past the allowed prefixes.
+                    raise AttributeError(f"{part!r} is a module, not a class")
         except (ImportError, AttributeError) as exc:
             raise PayloadRejected(f"unknown job type {path!r}: {exc}") from exc
+        except Exception as exc:
+            # A module that raises on import (a half-finished deploy): fail the job with
+            # the reason instead of leaving it reserved, to be redelivered forever.
+            raise PayloadRejected(f"unknown job type {path!r}: import failed: {exc!r}") from exc
+        if isinstance(obj, type | types.FunctionType) and not self.is_allowed(obj.__module__):
+            raise PayloadRejected(
+                f"unknown job type {path!r}: defined in {obj.__module__!r}, "
+                "outside the allowed modules"
+            )
         return obj
 
     def emit(self, event: object) -> None:
-        """Announce a lifecycle event to its listeners (cheap when there are none)."""
+        """Announce a lifecycle event to its listeners (cheap when there are none).
+
+        A listener that raises is logged, not propagated: the job has been pushed (or
+        is being run) already, and a broken log line must not fail a dispatch or leave
+        a job reserved.
+        """
         if self.events.has_listeners(type(event)):
-            self.events.dispatch(event)
+            try:
+                self.events.dispatch(event)
+            except Exception:
+                log.exception("a listener of %s raised", type(event).__name__)
 
     async def run_job_pipeline(self, job: Job, call: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``call`` through the job's middleware (outermost first)."""
-        layers = [*self.job_middleware, *job.middleware()]
+        from tidings.queue.job import current_run
+        from tidings.queue.workflow import builtin_layers
+
+        layers = [*builtin_layers(self, current_run()), *self.job_middleware, *job.middleware()]
         if not layers:
             return await call()
         from tidings.queue.middleware import run_through
@@ -148,16 +177,69 @@ class App:
         return await run_through(layers, job, call)
 
     async def after_success(self, job: Job, body: JobBody, queue: str) -> None:
-        """Push the next link of a chain (see :mod:`tidings.queue.chain`)."""
-        from tidings.queue.chain import push_next
+        """Before the ack: advance a chain, count a batch job (:mod:`tidings.queue.workflow`)."""
+        from tidings.queue.workflow import on_success
 
-        await push_next(self, body, queue)
+        await on_success(self, job, body, queue)
 
     async def after_failure(self, job: Job | None, body: JobBody, queue: str) -> None:
-        """Push a failed chain's catch callback."""
-        from tidings.queue.chain import push_catch
+        """On a final failure: a chain's catch, a batch's failure count."""
+        from tidings.queue.workflow import on_final_failure
 
-        await push_catch(self, body)
+        await on_final_failure(self, job, body, queue)
+
+    def worker_tasks(self, worker: Any) -> list[Any]:
+        """Coroutines a worker process runs beside its jobs: the scheduler, the heartbeat
+        its supervisor watches."""
+        from tidings.queue.schedule import Scheduler
+        from tidings.supervisor import heartbeat_task
+
+        opts = getattr(worker, "opts", None)
+        draining = bool(opts and (opts.once or opts.stop_when_empty))
+        tasks = [Scheduler(self).run()] if self.schedules and not draining else []
+        return tasks + heartbeat_task(worker)
+
+    # -- workflows and flow control -----------------------------------------------------
+
+    def rate_limit(
+        self, channel: str, *, per_second: float | None = None, per_minute: float | None = None
+    ) -> None:
+        """Limit a notification channel across all workers, e.g. ``("sms", per_second=10)``."""
+        from tidings.queue.limits import RateLimited
+
+        key = f"channel:{channel}"
+        self.channel_limits[channel] = RateLimited(
+            key, per_second=per_second, per_minute=per_minute
+        )
+
+    def schedule(
+        self,
+        job: Job,
+        *,
+        cron: str | None = None,
+        every_s: float | None = None,
+        queue: str | None = None,
+        name: str | None = None,
+    ) -> Any:
+        """Dispatch ``job`` on a cron schedule (UTC) or every ``every_s`` seconds, from
+        whichever worker holds the scheduler lease (see :mod:`tidings.queue.schedule`)."""
+        from tidings.queue.schedule import make_schedule
+
+        entry = make_schedule(job, cron=cron, every_s=every_s, queue=queue, name=name)
+        self.schedules.append(entry)
+        return entry
+
+    def find_batch(self, batch_id: str) -> Any:
+        """The :class:`~tidings.queue.batch.BatchInfo` of a batch, or None."""
+        from tidings.queue.batch import find_batch
+
+        return find_batch(self, batch_id)
+
+    def cancel_batch(self, batch_id: str) -> bool:
+        """Cancel a batch: its jobs not started yet are skipped."""
+        from tidings.queue.batch import cancel_batch
+
+        return cancel_batch(self, batch_id)
 
     # -- dispatching jobs --------------------------------------------------------------
 
@@ -169,15 +251,25 @@ class App:
         self._queues_used.add(queue)
         return self.queue_for(conn), queue, job_id, envelope, delay
 
-    def push_pending(self, pending: PendingDispatch) -> str:
-        """Push a job with its dispatch options; returns its id."""
+    def push_pending(self, pending: PendingDispatch) -> str | None:
+        """Push a job with its dispatch options; returns its id (None: a unique duplicate)."""
+        from tidings.queue.unique import guard_for, push_guarded
+
+        guard = guard_for(pending.job)
+        if guard is not None:
+            return push_guarded(self, pending, guard)
         rq, queue, job_id, envelope, delay = self._prepared(pending)
         rq.push(queue, [(job_id, envelope)], delay)
         self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
         return job_id
 
-    async def push_pending_async(self, pending: PendingDispatch) -> str:
+    async def push_pending_async(self, pending: PendingDispatch) -> str | None:
         """Async twin of :meth:`push_pending`."""
+        from tidings.queue.unique import guard_for, push_guarded_async
+
+        guard = guard_for(pending.job)
+        if guard is not None:
+            return await push_guarded_async(self, pending, guard)
         rq, queue, job_id, envelope, delay = self._prepared(pending)
         await rq.push_async(queue, [(job_id, envelope)], delay)
         self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
@@ -227,12 +319,19 @@ class App:
     # -- events ------------------------------------------------------------------------
 
     def _queued_job(self, target: QueuedTarget, args: tuple[Any, ...]) -> PendingDispatch:
-        return PendingDispatch(CallQueuedListener.for_target(target, args))
+        pending = PendingDispatch(CallQueuedListener.for_target(target, args))
+        if isinstance(target, QueuedFunction) and target.delay is not None:
+            # The producer reads ``delay`` off the listener's class; a queued function
+            # keeps its options per instance.
+            pending.delay(target.delay)
+        return pending
 
-    def _queue_listener(self, target: QueuedTarget, args: tuple[Any, ...]) -> str:
+    def _queue_listener(self, target: QueuedTarget, args: tuple[Any, ...]) -> str | None:
         return self.push_pending(self._queued_job(target, args))
 
-    async def _queue_listener_async(self, target: QueuedTarget, args: tuple[Any, ...]) -> str:
+    async def _queue_listener_async(
+        self, target: QueuedTarget, args: tuple[Any, ...]
+    ) -> str | None:
         return await self.push_pending_async(self._queued_job(target, args))
 
     def listen(self, event: EventKey, listener: ListenerLike | Sequence[ListenerLike]) -> None:
@@ -298,6 +397,13 @@ class App:
         """Async twin of :meth:`notify`."""
         ids: list[str] = await self.notifications.send_async(notifiables, notification)
         return ids
+
+    async def worker_stopped(self, worker: Any) -> None:
+        """Called by a worker as it exits, on its loop: close that loop's channels
+        (QUIT the SMTP connection, close HTTP clients)."""
+        channels = getattr(self._notifications, "channels", None)
+        if channels is not None:
+            await channels.close_loop()
 
     def extend_channel(self, name: str, factory: Callable[..., Any]) -> None:
         """Add a notification channel: a class with ``async send(notifiable, notification)``."""

@@ -148,10 +148,14 @@ def main(ctx: click.Context, /, app_spec: str | None, **opts: Any) -> None:
         grace_s=opts["grace"],
         fault_point=os.environ.get("TIDINGS_FAULT_POINT") or None,
     )
-    code = asyncio.run(Worker(app, options).run())
+    worker = Worker(app, options)
+    code = asyncio.run(worker.run())
     sys.stdout.flush()
-    if code == EXIT_STUCK:
-        # A thread is still running the stuck job and cannot be joined: leave now.
+    if code == EXIT_STUCK or worker.threads_left:
+        # A thread is still running a stuck job (or one released after the grace period)
+        # and cannot be joined: leave now instead of waiting for it at interpreter exit.
+        sys.stderr.flush()
+        logging.shutdown()
         os._exit(code)
     sys.exit(code)
 

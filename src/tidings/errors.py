@@ -12,6 +12,7 @@ Users catch these; nothing from redis-py, aiosmtplib or httpx leaks past a bound
     │                             not allowed, unknown class); never retried
     ├── JobTimeout                a job ran past its ``timeout``
     ├── MaxAttemptsExceeded       a job was reserved more times than it may be tried
+    ├── BatchClosed               jobs added to a batch that finished or does not exist
     ├── ValidationError           an address, header, number or URL is invalid (permanent)
     ├── TemplateError             a mail template failed to render (permanent)
     └── ChannelError              a channel could not deliver
@@ -76,6 +77,20 @@ class MaxAttemptsExceeded(TidingsError):
     """A job was reserved more times than its ``tries`` allow."""
 
     permanent = True
+
+
+class BatchClosed(TidingsError):
+    """Jobs were added to a batch that has finished (or was pruned); none was pushed.
+
+    Attributes:
+        batch_id: the batch.
+    """
+
+    permanent = True
+
+    def __init__(self, message: str, *, batch_id: str = "") -> None:
+        self.batch_id = batch_id
+        super().__init__(message)
 
 
 class ValidationError(TidingsError):

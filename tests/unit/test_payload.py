@@ -67,7 +67,7 @@ def test_seal_then_open_returns_the_body() -> None:
 
 def test_envelope_shape_is_one_json_document_with_sig_over_raw_body() -> None:
     body = body_for()
-    job_id, env = sealed(body)
+    _, env = sealed(body)
     doc = orjson.loads(env)
     assert list(doc) == ["sig", "body"]
     assert doc["body"] == body
@@ -78,7 +78,13 @@ def test_envelope_shape_is_one_json_document_with_sig_over_raw_body() -> None:
 
 def test_body_bytes_are_kept_exactly() -> None:
     """[] stays [], {} stays {}, big ints and non-ASCII survive (no cjson in the path)."""
-    data = {"empty_list": [], "empty_obj": {}, "big": 2**63 - 1, "slash": "a/b", "text": "\u00e9\u4e2d"}
+    data = {
+        "empty_list": [],
+        "empty_obj": {},
+        "big": 2**63 - 1,
+        "slash": "a/b",
+        "text": "\u00e9\u4e2d",
+    }
     body = body_for(data=data)
     job_id, env = sealed(body)
     assert b'"empty_list":[]' in env and b'"empty_obj":{}' in env
@@ -191,7 +197,7 @@ def test_unsigned_or_misshapen_envelopes_are_refused(make: Any) -> None:
 
 
 def test_id_mismatch_is_refused() -> None:
-    job_id, env = sealed()
+    _, env = sealed()
     with pytest.raises(PayloadRejected, match="does not match"):
         open_envelope(env, Signer([KEY]), job_id=uuid.uuid4().hex)
 
@@ -228,8 +234,20 @@ def test_wrong_field_types_are_refused(name: str, value: Any) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["uuid", "displayName", "job", "data", "maxTries", "maxExceptions", "backoff", "timeout",
-     "retryUntil", "pushedAt", "chain", "chainCatch"],
+    [
+        "uuid",
+        "displayName",
+        "job",
+        "data",
+        "maxTries",
+        "maxExceptions",
+        "backoff",
+        "timeout",
+        "retryUntil",
+        "pushedAt",
+        "chain",
+        "chainCatch",
+    ],
 )
 def test_missing_fields_are_refused(name: str) -> None:
     body: dict[str, Any] = dict(body_for())
@@ -276,7 +294,9 @@ def _mutate(env: bytes, m: tuple[Any, ...]) -> bytes:
     return env[:at]
 
 
-@settings(max_examples=400, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=400, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(st.lists(mutation, min_size=1, max_size=3))
 def test_random_mutations_are_each_refused(mutations: list[tuple[Any, ...]]) -> None:
     env = _ENV

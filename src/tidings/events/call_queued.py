@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings import _current
+from tidings.errors import PayloadRejected
 from tidings.events.listener import Listener, QueuedFunction
 from tidings.queue.job import Job
 from tidings.queue.serializer import class_path
@@ -37,14 +38,19 @@ class CallQueuedListener(Job):
     def _resolve(self) -> Any:
         target = getattr(self, "_target", None)
         if target is None:
-            target = _current.current().resolve_class(self.listener)
+            app = _current.current()
+            target = app.resolve_class(self.listener)
             if not (
                 isinstance(target, QueuedFunction)
                 or (isinstance(target, type) and issubclass(target, Listener))
             ):
-                from tidings.errors import PayloadRejected
-
                 raise PayloadRejected(f"{self.listener!r} is not a listener")
+            if isinstance(target, QueuedFunction) and not app.is_allowed(target.fn.__module__):
+                # As resolve_class does for classes: an allowed module that imported a
+                # queued function from elsewhere does not make that function allowed.
+                raise PayloadRejected(
+                    f"{self.listener!r} wraps {target.path}, outside the allowed modules"
+                )
             object.__setattr__(self, "_target", target)
         return target
 
@@ -56,6 +62,12 @@ class CallQueuedListener(Job):
     def display_name(self) -> str:
         """The listener's name."""
         return self.listener.rpartition(":")[2]
+
+    def middleware(self) -> list[Any]:
+        """The listener's ``middleware()``, when it defines one."""
+        target = self._resolve()
+        hook = None if isinstance(target, QueuedFunction) else getattr(target(), "middleware", None)
+        return list(hook()) if callable(hook) else []
 
     def runs_async(self) -> bool:
         """Whether the listener's handle is ``async def``."""

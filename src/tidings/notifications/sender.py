@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tidings.events.listener import ShouldQueue
@@ -19,6 +20,8 @@ from tidings.notifications.notification import Notification
 from tidings.notifications.queued import SendQueuedNotification
 from tidings.queue.job import PendingDispatch, delay_seconds
 
+log = logging.getLogger("tidings.notifications")
+
 
 def delivery_id(notification_id: str, index: int, channel: str) -> str:
     """A stable id for one (notification, notifiable, channel): 32 hex chars."""
@@ -26,7 +29,13 @@ def delivery_id(notification_id: str, index: int, channel: str) -> str:
 
 
 def _as_list(notifiables: Any) -> list[Any]:
-    if isinstance(notifiables, (list, tuple, set)):
+    """One notifiable, or any iterable of them (a list, a generator, an ORM queryset)."""
+    if isinstance(notifiables, (list, tuple, set, frozenset)):
+        return list(notifiables)
+    single = hasattr(notifiables, "route_notification_for")
+    if single or isinstance(notifiables, (str, bytes, Mapping)):
+        return [notifiables]
+    if isinstance(notifiables, Iterable):
         return list(notifiables)
     return [notifiables]
 
@@ -43,12 +52,15 @@ class NotificationSender:
     def _jobs(
         self, notifiables: Iterable[Any], notification: Notification
     ) -> list[PendingDispatch]:
+        """One job per notifiable per channel; a malformed route raises ValidationError
+        here, before anything is pushed."""
         nid = uuid.uuid4().hex
         queues = notification.via_queues() or {}
         jobs: list[PendingDispatch] = []
         for index, notifiable in enumerate(notifiables):
             delays = notification.with_delay(notifiable) or {}
             for channel in notification.via(notifiable):
+                self.channels.check_route(channel, notifiable, notification)
                 job = SendQueuedNotification(
                     notifiable, notification, channel, delivery_id(nid, index, channel)
                 )
@@ -111,17 +123,44 @@ class NotificationSender:
     async def deliver(
         self, notifiable: Any, notification: Notification, channel: str, delivery: str
     ) -> Any:
-        """Send one notification on one channel, announcing Sending / Sent / Failed."""
+        """Send one notification on one channel, announcing Sending / Sent / Failed.
+
+        As in Laravel, the first listener of NotificationSending to return something
+        other than None decides: ``False`` vetoes the send. Listeners may be async. A
+        Sent or Failed listener that raises is logged: it must neither fail a delivered
+        notification (a retry would send it again) nor mask the channel's own error
+        (whose ``permanent`` / ``retry_after_s`` decide the retry).
+        """
         if not notification.should_send(notifiable, channel):
             return None
-        events = self.app.events
         sending = NotificationSending(notifiable, notification, channel, delivery)
-        if events.has_listeners(NotificationSending) and False in events.dispatch(sending):
+        if await self._announce(sending, halt=True) is False:
             return None
         try:
             response = await self.channels.send(channel, notifiable, notification, delivery)
         except Exception as exc:
-            self.app.emit(NotificationFailed(notifiable, notification, channel, delivery, exc))
+            await self._announce_safely(
+                NotificationFailed(notifiable, notification, channel, delivery, exc)
+            )
             raise
-        self.app.emit(NotificationSent(notifiable, notification, channel, delivery, response))
+        await self._announce_safely(
+            NotificationSent(notifiable, notification, channel, delivery, response)
+        )
         return response
+
+    async def _announce(self, event: object, *, halt: bool = False) -> Any:
+        events = self.app.events
+        if not events.has_listeners(type(event)):
+            return None
+        return await events.dispatch_async(event, halt=halt)
+
+    async def _announce_safely(self, event: Any) -> None:
+        try:
+            await self._announce(event)
+        except Exception:
+            log.exception(
+                "a %s listener raised (%s, %s)",
+                type(event).__name__,
+                event.channel,
+                event.delivery_id,
+            )

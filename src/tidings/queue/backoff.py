@@ -42,7 +42,11 @@ def delay_for(spec: Any, attempt: int, *, default_s: float = 0.0) -> float:
     if isinstance(spec, list) and spec:
         return max(0.0, float(spec[min(attempt, len(spec)) - 1]))
     if isinstance(spec, dict) and "exp" in spec:
-        ceiling = min(float(spec["max"]), float(spec["exp"]) * float(spec["f"]) ** (attempt - 1))
+        cap = float(spec["max"])
+        try:
+            ceiling = min(cap, float(spec["exp"]) * float(spec["f"]) ** (attempt - 1))
+        except OverflowError:  # attempt ~1000+ with unlimited tries: long past the cap
+            ceiling = cap
         if spec.get("j", True):
             # "Equal jitter": at least half the delay, so retries never bunch at zero.
             return ceiling / 2 + random.uniform(0, ceiling / 2)

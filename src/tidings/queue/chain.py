@@ -1,11 +1,17 @@
 """Chains: run jobs one after another, each only after the previous one succeeded.
 
 The remaining links travel inside the signed body (``chain``: a list of
-``{"queue", "body"}``); when a link succeeds the worker signs and pushes the next one
-before it acknowledges the current one. The next link's id is fixed when the chain is
-dispatched, so a link re-delivered after a crash pushes the same id again, which the
-pop script runs at most once while it is pending (a duplicate id is dropped).
-When a link finally fails, ``chainCatch`` (a job) is pushed once and the rest never run.
+``{"queue", "body", "delay"}``); when a link succeeds the worker signs and pushes the next
+one before it acknowledges the current one. Every id is fixed when the chain is
+dispatched, and the next link is pushed with :func:`~tidings.queue.once.push_once`: a
+link re-delivered after a crash (it advanced the chain, then died before its ack) pushes
+the same id again, and the push is refused whether that next link is still queued,
+running, or already done. So each link runs once per successful run of its predecessor,
+never a second time because of a re-delivery.
+
+When a link finally fails, ``chainCatch`` (one job with one fixed id shared by every
+link) is pushed once the same way, and the rest never run. Any job can be a link,
+including :class:`~tidings.events.CallQueuedListener` and ``SendQueuedNotification``.
 """
 
 from __future__ import annotations
@@ -14,13 +20,14 @@ from typing import Any
 
 from tidings import _current
 from tidings.queue.job import Job, PendingDispatch, option
+from tidings.queue.once import push_once_async
 from tidings.queue.payload import JobBody, seal
-from tidings.queue.producer import build_body, new_id
+from tidings.queue.producer import build_body, default_delay, new_id
 
 
 def _link(job: Job, queue: str | None) -> dict[str, Any]:
     q = queue or option(job.option_source(), "queue") or "default"
-    return {"queue": q, "body": build_body(job, new_id())}
+    return {"queue": q, "body": build_body(job, new_id()), "delay": default_delay(job)}
 
 
 class Chain:
@@ -51,12 +58,10 @@ class Chain:
 
     def _pending(self) -> PendingDispatch:
         links = [_link(j, self._queue) for j in self.jobs[1:]]
-        if self._catch is not None:
-            # Every link carries the same catch job (same id): it can be pushed once only.
-            shared = _link(self._catch, self._queue)
-            for link in links:
-                link["body"]["chainCatch"] = shared
+        # Every link carries the same catch job (same id): it can be pushed once only.
         catch = _link(self._catch, self._queue) if self._catch is not None else None
+        for link in links:
+            link["body"]["chainCatch"] = catch
         return PendingDispatch(
             self.jobs[0], queue=self._queue, connection=self._connection, chain=links, catch=catch
         )
@@ -85,7 +90,8 @@ async def push_next(app: Any, body: JobBody, queue: str) -> None:
     nbody["chain"] = chain_rest[1:]
     nbody["pushedAt"] = body["pushedAt"]
     envelope = seal(nbody, app.signer, max_bytes=app.max_payload_bytes)
-    await app.queue_for(None).push_async(nxt["queue"], [(nbody["uuid"], envelope)])
+    delay = float(nxt.get("delay") or 0.0)
+    await push_once_async(app.queue_for(None), nxt["queue"], nbody["uuid"], envelope, delay)
 
 
 async def push_catch(app: Any, body: JobBody) -> None:
@@ -95,4 +101,4 @@ async def push_catch(app: Any, body: JobBody) -> None:
         return
     cbody: JobBody = catch["body"]
     envelope = seal(cbody, app.signer, max_bytes=app.max_payload_bytes)
-    await app.queue_for(None).push_async(catch["queue"], [(cbody["uuid"], envelope)])
+    await push_once_async(app.queue_for(None), catch["queue"], cbody["uuid"], envelope)

@@ -13,6 +13,7 @@ from typing import Any
 import redis
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
@@ -21,13 +22,14 @@ CONNECT_TIMEOUT_S = 2.0
 SOCKET_TIMEOUT_S = 10.0
 
 
-def _options(socket_timeout_s: float | None) -> dict[str, Any]:
+def _options(socket_timeout_s: float | None, *, is_async: bool = False) -> dict[str, Any]:
     return {
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
         "socket_timeout": socket_timeout_s,
         # One immediate retry re-opens a pooled connection a restart has closed; more would
-        # only delay QueueUnavailable while Redis is really gone.
-        "retry": Retry(NoBackoff(), 1),
+        # only delay QueueUnavailable while Redis is really gone. An asyncio client needs
+        # the asyncio Retry: given the sync one, its retries silently never happen.
+        "retry": AsyncRetry(NoBackoff(), 1) if is_async else Retry(NoBackoff(), 1),
         "health_check_interval": 30,
     }
 
@@ -54,5 +56,7 @@ def async_client(
     """An asyncio client for ``url``."""
     cluster = _cluster_url(url)
     if cluster is not None:
-        return AsyncRedisCluster.from_url(cluster, **_options(socket_timeout_s))  # type: ignore[return-value]
-    return redis.asyncio.Redis.from_url(url, **_options(socket_timeout_s))
+        return AsyncRedisCluster.from_url(  # type: ignore[return-value]
+            cluster, **_options(socket_timeout_s, is_async=True)
+        )
+    return redis.asyncio.Redis.from_url(url, **_options(socket_timeout_s, is_async=True))

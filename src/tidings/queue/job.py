@@ -81,7 +81,9 @@ class Job:
     Option class attributes (or methods returning them): ``connection``, ``queue``,
     ``delay`` (seconds or timedelta), ``tries``, ``backoff`` (seconds, a list per attempt
     or :class:`~tidings.queue.backoff.Exponential`), ``timeout``, ``retry_until``
-    (datetime, timedelta or seconds from dispatch), ``max_exceptions``.
+    (datetime, timedelta or seconds from dispatch), ``max_exceptions``; for unique and
+    debounced jobs ``unique_for``, ``unique_until``, ``debounce_for``,
+    ``debounce_max_wait`` with :meth:`unique_id` (see :mod:`tidings.queue.unique`).
     """
 
     __tidings_serializable__: ClassVar[bool] = True
@@ -92,6 +94,14 @@ class Job:
     timeout: ClassVar[float | None] = None
     retry_until: ClassVar[Any] = None
     max_exceptions: ClassVar[int | None] = None
+    unique_for: ClassVar[float | None] = None
+    unique_until: ClassVar[str] = "completion"
+    debounce_for: ClassVar[float | None] = None
+    debounce_max_wait: ClassVar[float | None] = None
+
+    def unique_id(self) -> str:
+        """What makes two dispatches "the same job" for ``unique_for`` / ``debounce_for``."""
+        return ""
 
     def handle(self) -> Any:
         """Do the work. May be ``async def``."""
@@ -130,6 +140,19 @@ class Job:
         run = _run.get()
         return run.job_id if run else None
 
+    @property
+    def batch(self) -> Any:
+        """The batch of the job being run (a :class:`~tidings.queue.batch.BatchRef`:
+        ``.id``, ``.add(jobs)``, ``.cancel()``, ``.fetch()``), or None."""
+        run = _run.get()
+        body = run.body if run is not None and isinstance(run.body, dict) else None
+        batch_id = body and (body.get("batch") or body.get("batchCallback"))
+        if not batch_id:
+            return None
+        from tidings.queue.batch import BatchRef
+
+        return BatchRef(str(batch_id))
+
     def release(self, delay: Delay = 0) -> None:
         """Put the job back on its queue after ``handle`` returns (counts as an attempt)."""
         run = _run.get()
@@ -158,12 +181,16 @@ class Job:
         """Dispatch options: run no sooner than ``delay`` from now."""
         return PendingDispatch(self).delay(delay)
 
-    def dispatch(self) -> str:
-        """Push the job on its queue; returns the job id."""
+    def dispatch(self) -> str | None:
+        """Push the job on its queue; returns the job id.
+
+        Returns None only for a unique job (``unique_for``) dropped because a job with
+        the same ``unique_id()`` is still pending.
+        """
         return PendingDispatch(self).dispatch()
 
-    async def dispatch_async(self) -> str:
-        """Push the job from async code; returns the job id."""
+    async def dispatch_async(self) -> str | None:
+        """Push the job from async code; returns the job id (None: see :meth:`dispatch`)."""
         return await PendingDispatch(self).dispatch_async()
 
     def dispatch_sync(self) -> Any:
@@ -206,10 +233,12 @@ class PendingDispatch:
         self.delay_s = delay_seconds(delay)
         return self
 
-    def dispatch(self) -> str:
-        """Push the job; returns its id."""
-        return str(_current.current().push_pending(self))
+    def dispatch(self) -> str | None:
+        """Push the job; returns its id (None: a unique job dropped as a duplicate)."""
+        job_id: str | None = _current.current().push_pending(self)
+        return job_id
 
-    async def dispatch_async(self) -> str:
-        """Push the job from async code; returns its id."""
-        return str(await _current.current().push_pending_async(self))
+    async def dispatch_async(self) -> str | None:
+        """Push the job from async code; returns its id (None: see :meth:`dispatch`)."""
+        job_id: str | None = await _current.current().push_pending_async(self)
+        return job_id

@@ -64,3 +64,66 @@ def restart_key(prefix: str) -> str:
 def queue_pattern(prefix: str) -> str:
     """A SCAN pattern matching every queue's jobs hash."""
     return f"{prefix}:queue:{{*}}:jobs"
+
+
+# -- workflow and flow-control state (chains, batches, unique jobs, limits, schedules) ----
+#
+#   {prefix}:queue:{Q}:once:<id>         marker: job <id> was pushed once (chain links, callbacks)
+#   {prefix}:queue:{Q}:unique:<name>     unique lock: the id of the job holding it
+#   {prefix}:queue:{Q}:debounce:<name>   hash: id of the waiting job, first dispatch time
+#   {prefix}:batch:{<id>}                hash: counters, times, options, callback envelopes
+#   {prefix}:batch:{<id>}:members        set: ids counted into the batch
+#   {prefix}:batch:{<id>}:finished       set: ids whose outcome was recorded
+#   {prefix}:batch:{<id>}:failed         set: ids that finally failed
+#   {prefix}:batches                     zset: batch id -> created time (ms), for listing
+#   {prefix}:limit:{<key>}               RateLimited state (GCRA arrival time, µs)
+#   {prefix}:overlap:{<key>}             WithoutOverlapping lock: the running job's id
+#   {prefix}:throttle:{<key>}            ThrottlesExceptions counter
+#   {prefix}:schedule:{lease}            scheduler lease: the token of the leading worker
+
+
+def once_key(prefix: str, queue: str, job_id: str) -> str:
+    """The marker that job ``job_id`` was pushed once on ``queue``."""
+    return f"{prefix}:queue:{{{queue}}}:once:{job_id}"
+
+
+def unique_key(prefix: str, queue: str, name: str) -> str:
+    """The unique lock of ``name`` on ``queue``."""
+    return f"{prefix}:queue:{{{queue}}}:unique:{name}"
+
+
+def debounce_key(prefix: str, queue: str, name: str) -> str:
+    """The debounce state of ``name`` on ``queue``."""
+    return f"{prefix}:queue:{{{queue}}}:debounce:{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchKeys:
+    """The key names of one batch (one hash tag: the batch id)."""
+
+    id: str
+    info: str
+    members: str
+    finished: str
+    failed: str
+
+    @classmethod
+    def build(cls, prefix: str, batch_id: str) -> BatchKeys:
+        """Key names for batch ``batch_id`` under ``prefix``."""
+        base = f"{prefix}:batch:{{{batch_id}}}"
+        return cls(batch_id, base, f"{base}:members", f"{base}:finished", f"{base}:failed")
+
+
+def batches_key(prefix: str) -> str:
+    """The index of batches, for ``batches list`` and ``prune``."""
+    return f"{prefix}:batches"
+
+
+def limit_key(prefix: str, kind: str, key: str) -> str:
+    """State of a job middleware limit: ``kind`` is limit, overlap or throttle."""
+    return f"{prefix}:{kind}:{{{key}}}"
+
+
+def schedule_lease_key(prefix: str) -> str:
+    """The scheduler lease."""
+    return f"{prefix}:schedule:{{lease}}"

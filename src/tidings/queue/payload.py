@@ -22,13 +22,20 @@ Body fields (:class:`JobBody`):
 ``chain``          bodies of the jobs to run after this one succeeds, in order
 ``chainCatch``     encoded callback run once when a chained job finally fails
 
+Optional fields (absent on plain jobs; see :mod:`tidings.queue.batch` and
+:mod:`tidings.queue.unique`):
+
+``batch``          the id of the batch the job belongs to
+``batchCallback``  the id of the batch whose then/catch/finally callback this job is
+``unique``         the unique lock name, when the lock is freed as the job starts
+
 ``attempts`` is not in the body: the scripts count it beside it, so Lua never rewrites a
 signed body.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import orjson
 
@@ -56,6 +63,9 @@ class JobBody(TypedDict):
     pushedAt: float
     chain: list[Any]
     chainCatch: Any
+    batch: NotRequired[str]
+    batchCallback: NotRequired[str]
+    unique: NotRequired[str]
 
 
 _REQUIRED: dict[str, tuple[type, ...]] = {
@@ -68,7 +78,22 @@ _REQUIRED: dict[str, tuple[type, ...]] = {
     "retryUntil": (int, float, type(None)),
     "pushedAt": (int, float),
     "chain": (list,),
+    "backoff": (list, dict, type(None)),
+    "chainCatch": (dict, type(None)),
 }
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _valid_backoff(spec: object) -> bool:
+    """A list of seconds, or ``{"exp", "f", "max"}`` numbers (see backoff.py), or None."""
+    if isinstance(spec, list):
+        return all(_number(v) for v in spec)
+    if isinstance(spec, dict):
+        return all(_number(spec.get(k)) for k in ("exp", "f", "max"))
+    return spec is None
 
 
 def seal(body: JobBody, signer: Signer, *, max_bytes: int) -> bytes:
@@ -115,6 +140,8 @@ def open_envelope(envelope: bytes, signer: Signer, *, job_id: str) -> JobBody:
             raise PayloadRejected(f"malformed payload: field {name!r} has the wrong type")
     if "data" not in body:
         raise PayloadRejected("malformed payload: missing field 'data'")
+    if not _valid_backoff(body["backoff"]):
+        raise PayloadRejected("malformed payload: field 'backoff' has the wrong shape")
     if body["uuid"] != job_id:
         raise PayloadRejected("malformed payload: body id does not match the queued id")
     return body  # type: ignore[return-value]

@@ -78,7 +78,10 @@ class _Encoder:
         self._active: set[int] = set()
 
     def encode(self, value: Any, path: str) -> Any:
-        if value is None or isinstance(value, (bool, str)):
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, str) and not isinstance(value, enum.Enum):
+            # A str-mixin Enum (StrEnum) is a str too: it must keep its type.
             return value
         if isinstance(value, int) and not isinstance(value, enum.Enum):
             if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
@@ -181,6 +184,30 @@ def _plain(value: Any, resolve: Resolver) -> Any:
     return value
 
 
+def _fits(cls: Any, tag: str) -> bool:
+    if not isinstance(cls, type):
+        return False
+    if tag == "dc":
+        return dataclasses.is_dataclass(cls)
+    if tag == "obj":
+        return bool(getattr(cls, "__tidings_serializable__", False))
+    if tag == "m":
+        return hasattr(cls, "__queue_load__")
+    return issubclass(cls, enum.Enum)
+
+
+def _resolve_kind(resolve: Resolver, path: str, tag: str) -> type[Any]:
+    """Resolve ``path`` and check it is the kind of class ``tag`` stands for.
+
+    A name in a payload is never a licence to call or fill any object: an ``enum`` tag
+    naming a function, or a ``dc`` tag naming a plain class, is refused.
+    """
+    cls = resolve(path)
+    if not _fits(cls, tag):
+        raise SerializationError(f"{path!r} is not a class a {tag!r} value can hold")
+    return cls
+
+
 def decode(data: Any, resolve: Resolver) -> Any:
     """Rebuild the value :func:`encode` produced.
 
@@ -199,17 +226,17 @@ def decode(data: Any, resolve: Resolver) -> Any:
         return {k: decode(v, resolve) for k, v in data.items()}
     try:
         if tag == "dc" or tag == "obj":
-            cls: Any = resolve(data["c"])
+            cls: Any = _resolve_kind(resolve, data["c"], tag)
             obj = object.__new__(cls)
             # Bypass __init__/__post_init__: the object is restored, not created anew.
             for name, raw in data["f"].items():
                 object.__setattr__(obj, name, decode(raw, resolve))
             return obj
         if tag == "m":
-            cls = resolve(data["c"])
+            cls = _resolve_kind(resolve, data["c"], tag)
             return cls.__queue_load__(decode(data["v"], resolve))
         if tag == "enum":
-            return resolve(data["c"])(decode(data["v"], resolve))
+            return _resolve_kind(resolve, data["c"], tag)(decode(data["v"], resolve))
         v = data["v"]
         if tag == "dt":
             return dt.datetime.fromisoformat(v)

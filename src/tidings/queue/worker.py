@@ -46,7 +46,7 @@ from tidings.queue.events import (
     WorkerStarting,
     WorkerStopping,
 )
-from tidings.queue.job import Job, JobRun, _run
+from tidings.queue.job import Job, JobRun, _run, running
 from tidings.queue.payload import JobBody, open_envelope
 from tidings.queue.redis_queue import RedisQueue
 from tidings.queue.signing import Signer
@@ -110,7 +110,10 @@ def _exception_text(exc: BaseException) -> str:
 
 
 def _short(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:  # a hostile __str__ must not break the worker's bookkeeping
+        text = f"{type(exc).__name__}: <str() failed>"
     return text if len(text) <= 500 else text[:500] + "..."
 
 
@@ -145,6 +148,9 @@ class Worker:
         self._running: dict[str, _Running] = {}
         self._acks: dict[str, list[str]] = {}
         self._ack_event = asyncio.Event()
+        # Held while a batch of acks is out: the final flush at exit waits for the ack
+        # loop's batch in flight instead of cancelling it (which left jobs reserved).
+        self._ack_lock = asyncio.Lock()
         self._slot_free = asyncio.Event()
         self._resume = asyncio.Event()
         self._resume.set()
@@ -159,6 +165,8 @@ class Worker:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._client: redis.asyncio.Redis | None = None
         self._blocking: redis.asyncio.Redis | None = None
+        self._waiter: asyncio.Future[Any] | None = None
+        self._threads_busy = 0
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -171,13 +179,30 @@ class Worker:
             self._stop_reason = reason
             self._resume.set()
             self._slot_free.set()
+            if self._waiter is not None:
+                # Do not sit out a blocking wait of up to --sleep: the grace period
+                # starts now.
+                self._waiter.cancel()
+
+    @property
+    def threads_left(self) -> bool:
+        """Whether sync handlers are still running in threads (stuck, or past the grace
+        period): the process must then exit without joining them."""
+        return self._threads_busy > 0
 
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
         if self._signals > 1:
             log.warning("second signal: exiting now, running jobs stay reserved")
             os._exit(1)
-        self.stop(f"signal {signal.Signals(signum).name}")
+        name = signal.Signals(signum).name
+        log.info(
+            "%s: finishing %d running jobs (grace %gs); a second signal exits at once",
+            name,
+            len(self._running),
+            self.opts.grace_s,
+        )
+        self.stop(f"signal {name}")
 
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -206,9 +231,15 @@ class Worker:
         acker = asyncio.create_task(self._ack_loop())
         keeper = asyncio.create_task(self._housekeeping())
         fetcher = asyncio.create_task(self._fetch_loop())
+        # The App's own tasks for this process (the scheduler, the supervisor heartbeat).
+        tasks: list[Any] = getattr(self.host, "worker_tasks", lambda w: [])(self)
+        side = [asyncio.create_task(c) for c in tasks]
         try:
             await fetcher
         finally:
+            for t in side:
+                t.cancel()
+            await asyncio.gather(*side, return_exceptions=True)
             await self._drain()
             self._ack_event.set()
             self._stopping = True
@@ -217,11 +248,20 @@ class Worker:
                 t.cancel()
             await asyncio.gather(acker, keeper, return_exceptions=True)
             self.host.emit(WorkerStopping(self.exit_code, self._stop_reason))
-            self._executor.shutdown(wait=self.exit_code != EXIT_STUCK, cancel_futures=True)
+            stopped = getattr(self.host, "worker_stopped", None)  # e.g. close SMTP/HTTP clients
+            if stopped is not None:
+                try:
+                    await stopped(self)
+                except Exception:
+                    log.exception("worker_stopped hook raised")
+            self._executor.shutdown(wait=not self.threads_left, cancel_futures=True)
             for c in (self._client, self._blocking):
                 with contextlib.suppress(Exception):
                     await c.aclose()
         return self.exit_code
+
+    def _thread_done(self, _fut: asyncio.Future[Any]) -> None:
+        self._threads_busy -= 1
 
     async def _drain(self) -> None:
         """Wait for running jobs; release the ones still running after the grace period."""
@@ -266,7 +306,10 @@ class Worker:
                     await self._wait_all()
                     self.stop("--once")
                 continue
-            if (self.opts.stop_when_empty or self.opts.once) and not self._running:
+            # --stop-when-empty waits for delayed and released jobs and for leases held
+            # elsewhere (as Laravel's size() counts them); --once does not.
+            idle = not self._running and (wait is None or self.opts.once)
+            if (self.opts.stop_when_empty or self.opts.once) and idle:
                 self.stop("queue empty")
                 break
             timeout = self.opts.sleep_s if wait is None else min(self.opts.sleep_s, max(wait, 0.01))
@@ -295,11 +338,20 @@ class Worker:
 
     async def _block(self, timeout: float) -> None:
         assert self._blocking is not None
+        self._waiter = asyncio.ensure_future(
+            self._blocking.blpop([k.notify for k in self.keys], timeout=timeout)
+        )
         try:
-            await self._blocking.blpop([k.notify for k in self.keys], timeout=timeout)
+            await self._waiter
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the fetch loop itself is cancelled, not just the wait
         except REDIS_ERRORS as exc:
             log.warning("redis unavailable while waiting (%s)", _short(exc))
             await asyncio.sleep(min(timeout, 1.0))
+        finally:
+            self._waiter = None
 
     def _start(self, reserved: Reserved, now_s: float) -> None:
         entry = _Running(reserved)
@@ -371,7 +423,8 @@ class Worker:
         )
         timeout = body["timeout"] if body["timeout"] is not None else self.opts.timeout_s
         try:
-            await self.host.run_job_pipeline(job, lambda: self._invoke(job, run, timeout))
+            with running(run):  # middleware sees the run (release_uncounted, self.batch)
+                await self.host.run_job_pipeline(job, lambda: self._invoke(job, run, timeout))
         except Exception as exc:
             await self._on_exception(res, body, job, exc, max_tries, t0)
             return
@@ -395,8 +448,8 @@ class Worker:
                 )
             )
         else:
-            if body["chain"]:
-                await self.host.after_success(job, body, res.queue)
+            # Chains and batches advance before the ack (see tidings.queue.workflow).
+            await self._retrying(lambda: self.host.after_success(job, body, res.queue))
             self._acks.setdefault(res.queue, []).append(res.id)
             self._ack_event.set()
             self.host.emit(
@@ -419,6 +472,8 @@ class Worker:
         ctx.run(_run.set, run)
         loop = asyncio.get_running_loop()
         fut = loop.run_in_executor(self._executor, ctx.run, handle)
+        self._threads_busy += 1
+        fut.add_done_callback(self._thread_done)
         done, _ = await asyncio.wait({fut}, timeout=limit)
         if not done:
             # A thread cannot be cancelled: fail or release this job, finish the others,
@@ -490,7 +545,7 @@ class Worker:
             "queue": res.queue,
             "attempts": res.attempts,
         }
-        if body is not None and body.get("chainCatch"):
+        if body is not None:
             await self._retrying(lambda: self.host.after_failure(job, body, res.queue))
         k = self.rq.keys(res.queue)
         await self._retrying(lambda: self.broker.fail(k, res.id, info))
@@ -524,12 +579,13 @@ class Worker:
             await self._flush_acks()
 
     async def _flush_acks(self) -> None:
-        while self._acks:
-            batch, self._acks = self._acks, {}
-            for queue, ids in batch.items():
-                lost = await self._ack(queue, ids)
-                if lost:
-                    self.reservations_lost += int(lost)
+        async with self._ack_lock:
+            while self._acks:
+                batch, self._acks = self._acks, {}
+                for queue, ids in batch.items():
+                    lost = await self._ack(queue, ids)
+                    if lost:
+                        self.reservations_lost += int(lost)
 
     async def _ack(self, queue: str, ids: list[str]) -> Any:
         k = self.rq.keys(queue)

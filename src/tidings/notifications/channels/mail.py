@@ -177,6 +177,10 @@ def _translate(exc: BaseException, host: str) -> ChannelError:
     gai = find_cause(exc, socket.gaierror)
     if isinstance(gai, socket.gaierror):
         return dns_error(gai, host, channel="mail")
+    if find_cause(exc, ConnectionRefusedError) is not None:
+        return TransientChannelError(
+            f"SMTP connection to {host} failed: connection refused ({exc})", channel="mail"
+        )
     if isinstance(exc, ConnectionError | aiosmtplib.SMTPConnectError):
         return TransientChannelError(f"SMTP connection to {host} failed: {exc}", channel="mail")
     tls = find_cause(exc, ssl.SSLError)

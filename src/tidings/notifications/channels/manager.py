@@ -17,6 +17,8 @@ from typing import Any
 import jinja2
 
 from tidings.errors import ConfigurationError, ValidationError
+from tidings.notifications.net import check_url
+from tidings.notifications.validation import validate_e164, validate_email
 
 Factory = Callable[..., Any]
 
@@ -139,6 +141,29 @@ class ChannelManager:
                 takes_app = False
             channel = channels[name] = factory(self.app) if takes_app else factory()
         return channel
+
+    def check_route(self, name: str, notifiable: Any, notification: Any) -> None:
+        """Vet the route a built-in channel would use, without any I/O (at notify time).
+
+        Mail addresses, E.164 numbers and webhook URLs (the SSRF rules) are checked
+        as the channel will check them again at send time. A missing route is left to
+        send time: a WebhookMessage may carry its own URL.
+
+        Raises:
+            ValidationError: the route is malformed or forbidden.
+        """
+        if name not in BUILTIN or self.factories.get(name) is not BUILTIN[name]:
+            return
+        value = notifiable.route_notification_for(name, notification)
+        if value in (None, "", []):
+            return
+        if name == "mail":
+            for address in [value] if isinstance(value, str) else list(value):
+                validate_email(address, "to")
+        elif name == "sms":
+            validate_e164(str(value), "to")
+        else:
+            check_url(str(value), self.app.settings.webhook_allow_private)
 
     async def send(self, name: str, notifiable: Any, notification: Any, delivery_id: str) -> Any:
         """Send on channel ``name``; built-ins get the delivery id too."""

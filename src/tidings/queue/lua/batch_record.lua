@@ -1,0 +1,59 @@
+-- batch_record: count one batch job as finished (succeeded or finally failed), once.
+-- KEYS[1] batch hash   KEYS[2] finished ids set   KEYS[3] failed ids set
+-- ARGV[1] job id   ARGV[2] 'ok' | 'fail'   ARGV[3] how long the id sets are kept after
+-- the batch finished (ms)
+-- Returns {code, kind1, queue1, envelope1, ...}: code 1 = counted, 0 = counted before (a
+-- re-delivered job) or the batch had finished, -1 = no such batch. The callbacks listed
+-- are the ones this job fires; deciding them here, in the same atomic step that counts the
+-- job, is what makes each fire once however many workers finish jobs at the same time. A
+-- job counted before gets back the callbacks it fired then (its worker may have died
+-- before pushing them; the push refuses ids already pushed).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local id = ARGV[1]
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+local out = {1}
+local function fire(kind)
+  local q = redis.call('HGET', KEYS[1], 'cb:' .. kind .. ':q')
+  if q then
+    out[#out + 1] = kind
+    out[#out + 1] = q
+    out[#out + 1] = redis.call('HGET', KEYS[1], 'cb:' .. kind .. ':b')
+  end
+end
+local finished = redis.call('HGET', KEYS[1], 'finished_at') ~= '0'
+if finished or redis.call('SADD', KEYS[2], id) == 0 then
+  out[1] = 0
+  if redis.call('HGET', KEYS[1], 'catch_by') == id then fire('catch') end
+  if redis.call('HGET', KEYS[1], 'finisher') == id then
+    if redis.call('HGET', KEYS[1], 'then_fired') == '1' then fire('then') end
+    fire('finally')
+  end
+  return out
+end
+local pending = redis.call('HINCRBY', KEYS[1], 'pending', -1)
+if ARGV[2] == 'ok' then
+  redis.call('HINCRBY', KEYS[1], 'processed', 1)
+else
+  redis.call('SADD', KEYS[3], id)
+  if redis.call('HINCRBY', KEYS[1], 'failed', 1) == 1 then
+    redis.call('HSET', KEYS[1], 'catch_by', id)
+    fire('catch')
+    if redis.call('HGET', KEYS[1], 'allow_failures') ~= '1'
+      and redis.call('HGET', KEYS[1], 'cancelled_at') == '0' then
+      redis.call('HSET', KEYS[1], 'cancelled_at', now)
+    end
+  end
+end
+if pending <= 0 then
+  redis.call('HSET', KEYS[1], 'finished_at', now, 'finisher', id)
+  if redis.call('HGET', KEYS[1], 'failed') == '0'
+    and redis.call('HGET', KEYS[1], 'cancelled_at') == '0' then
+    redis.call('HSET', KEYS[1], 'then_fired', 1)
+    fire('then')
+  end
+  fire('finally')
+  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[3]))
+  redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[3]))
+end
+return out

@@ -1,0 +1,24 @@
+-- unique_push: push a unique job only when no job holds its unique lock.
+-- KEYS[1] ready list   KEYS[2] delayed zset   KEYS[3] notify list   KEYS[4] jobs hash
+-- KEYS[5] unique lock ({prefix}:queue:{Q}:unique:<name>)
+-- ARGV[1] job id   ARGV[2] envelope   ARGV[3] delay ms   ARGV[4] lock expiry ms
+-- Returns {1, id} when pushed, {0, holder id} when dropped because a job holds the lock.
+-- A lock whose holder no longer exists (finished without unlocking, or cleared) is taken
+-- over, so a crash can block a unique id for no longer than it takes to notice.
+local id = ARGV[1]
+local holder = redis.call('GET', KEYS[5])
+if holder and redis.call('HEXISTS', KEYS[4], holder) == 1 then
+  return {0, holder}
+end
+redis.call('SET', KEYS[5], id, 'PX', tonumber(ARGV[4]))
+redis.call('HSET', KEYS[4], id, ARGV[2])
+local delay = tonumber(ARGV[3])
+if delay > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZADD', KEYS[2], now + delay, id)
+else
+  redis.call('RPUSH', KEYS[1], id)
+end
+if redis.call('LLEN', KEYS[3]) < 64 then redis.call('RPUSH', KEYS[3], '1') end
+return {1, id}

@@ -1,0 +1,108 @@
+"""The App and jobs that ``notify-worker -A tests.e2e.jobs_app:app`` runs in the e2e tests.
+
+The App is built on first access of ``app`` (a module ``__getattr__``), from the
+environment: ``TIDINGS_REDIS_URL`` (none: the embedded default under ./.tidings),
+``TIDINGS_KEY``, ``TIDINGS_PREFIX``, ``TIDINGS_RETRY_AFTER``. The test process imports
+the job classes only, and dispatches them with its own App.
+
+Every job records itself on the App's own Redis, under ``<prefix>:test:*``:
+
+    exec       hash id -> completed runs (the side effect: ``HINCRBY test:exec <id> 1``)
+    started    hash id -> starts (a killed run counts here, not in ``exec``)
+    attempts   hash id -> ``self.attempts`` at the last start
+    pid        hash id -> the pid of the worker that last started it
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tidings import App, Job
+
+_app: App | None = None
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        global _app
+        if _app is None:
+            _app = App.from_env(
+                allowed_modules=os.environ.get("TIDINGS_ALLOWED_MODULES") or __name__
+            )
+        return _app
+    raise AttributeError(name)
+
+
+def key(name: str) -> str:
+    """The name of a recording key, under the current App's prefix."""
+    return f"{App.current().settings.prefix}:test:{name}"
+
+
+async def _start(job_id: str, attempts: int) -> int:
+    r = App.current().queue_for(None).aclient()
+    pipe = r.pipeline(transaction=False)
+    pipe.hincrby(key("started"), job_id, 1)
+    pipe.hset(key("attempts"), job_id, attempts)
+    pipe.hset(key("pid"), job_id, os.getpid())
+    starts, _, _ = await pipe.execute()
+    return int(starts)
+
+
+@dataclass
+class Record(Job):
+    """The plain side effect."""
+
+    id: str
+
+    async def handle(self) -> None:
+        await App.current().queue_for(None).aclient().hincrby(key("exec"), self.id, 1)
+
+
+@dataclass
+class Sleeper(Job):
+    """Marks its start, sleeps ``seconds`` (on its first start only, with
+    ``first_only``), then records its execution."""
+
+    id: str
+    seconds: float
+    first_only: bool = False
+    tries = 3  # a killed run counts as an attempt; the worker's default is 1
+
+    async def handle(self) -> None:
+        starts = await _start(self.id, self.attempts)
+        if starts == 1 or not self.first_only:
+            await asyncio.sleep(self.seconds)
+        await App.current().queue_for(None).aclient().hincrby(key("exec"), self.id, 1)
+
+
+@dataclass
+class SyncSleeper(Job):
+    """As :class:`Sleeper`, blocking a worker thread."""
+
+    id: str
+    seconds: float
+    first_only: bool = False
+    tries = 3
+
+    def handle(self) -> None:
+        r = App.current().queue_for(None).client
+        starts = r.hincrby(key("started"), self.id, 1)
+        r.hset(key("attempts"), self.id, self.attempts)
+        r.hset(key("pid"), self.id, os.getpid())
+        if starts == 1 or not self.first_only:
+            time.sleep(self.seconds)
+        r.hincrby(key("exec"), self.id, 1)
+
+
+@dataclass
+class Boom(Job):
+    """Always fails."""
+
+    id: str
+
+    def handle(self) -> None:
+        raise RuntimeError(f"boom {self.id}")

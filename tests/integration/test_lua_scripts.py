@@ -1,0 +1,613 @@
+"""Each Lua script alone, against a real redis-server, through RedisQueue and Broker.
+
+Rows: B1 (malformed entries go to the failed store inside pop), B6 (oversize bodies
+diverted), B8 (bodies byte-exact through pop -> release -> migrate -> pop), B20
+(duplicate ids), L5 (20,000 expired reservations migrate in bounded chunks).
+Time is always Redis ``TIME``: assertions compare scores with the ``now`` a script
+returned, never with this process's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import orjson
+import pytest
+import redis
+
+from tidings.queue.broker import Broker, PopResult
+from tidings.queue.connection import async_client
+from tidings.queue.keys import QueueKeys
+from tidings.queue.payload import JobBody, open_envelope, seal
+from tidings.queue.producer import new_id
+from tidings.queue.redis_queue import RedisQueue
+from tidings.queue.signing import Signer
+
+T = TypeVar("T")
+LEASE_S = 3.0
+MAX_BYTES = 1024 * 1024
+SIGNER = Signer([b"s" * 32])
+
+
+@pytest.fixture
+def rq(redis_url: str, prefix: str) -> Iterator[RedisQueue]:
+    queue = RedisQueue(redis_url, prefix)
+    try:
+        yield queue
+    finally:
+        queue.close()
+
+
+def run(
+    rq: RedisQueue,
+    fn: Callable[[Broker], Awaitable[T]],
+    *,
+    lease_s: float = LEASE_S,
+    max_bytes: int = MAX_BYTES,
+) -> T:
+    """Run ``fn(broker)`` on a fresh event loop and asyncio client."""
+
+    async def main() -> T:
+        client = async_client(rq.url)
+        try:
+            return await fn(Broker(client, retry_after_s=lease_s, max_bytes=max_bytes))
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+def pop(rq: RedisQueue, n: int = 1, **kw: Any) -> PopResult:
+    return run(rq, lambda b: b.pop(rq.keys("default"), n), **kw)
+
+
+def envelope(**data: Any) -> tuple[str, bytes]:
+    """A real signed envelope (the pop script only needs valid JSON, but be realistic)."""
+    job_id = new_id()
+    body: JobBody = {
+        "uuid": job_id,
+        "displayName": "T",
+        "job": "app:T",
+        "data": data,
+        "maxTries": None,
+        "maxExceptions": None,
+        "backoff": None,
+        "timeout": None,
+        "retryUntil": None,
+        "pushedAt": 0.0,
+        "chain": [],
+        "chainCatch": None,
+    }
+    return job_id, seal(body, SIGNER, max_bytes=MAX_BYTES)
+
+
+def redis_ms(r: redis.Redis) -> int:
+    s, us = r.time()
+    return int(s) * 1000 + int(us) // 1000
+
+
+def wait_until(predicate: Callable[[], T], timeout_s: float = 10.0) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def k_of(rq: RedisQueue) -> QueueKeys:
+    return rq.keys("default")
+
+
+# -- keys ----------------------------------------------------------------------------------
+
+
+def test_every_key_of_a_queue_shares_one_hash_tag(prefix: str) -> None:
+    k = QueueKeys.build(prefix, "mail")
+    names = [getattr(k, f) for f in k.__dataclass_fields__ if f != "name"]
+    assert len(set(names)) == len(names)
+    for name in names:
+        assert re.search(r"\{([^}]*)\}", name).group(1) == "mail"  # type: ignore[union-attr]
+
+
+# -- push / pop / ack ------------------------------------------------------------------------
+
+
+def test_push_pop_ack(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    items = [envelope(n=i) for i in range(3)]
+    rq.push("default", items)
+    assert r.lrange(k.ready, 0, -1) == [i.encode() for i, _ in items]
+    assert r.hlen(k.jobs) == 3
+    assert r.llen(k.notify) == 3  # one wake-up token per job
+    assert rq.status(items[0][0], ["default"]) == "pending"
+
+    res = pop(rq, 2)
+    assert [(j.id, j.attempts, j.exceptions, j.envelope) for j in res.jobs] == [
+        (items[0][0], 1, 0, items[0][1]),
+        (items[1][0], 1, 0, items[1][1]),
+    ]
+    assert res.wait_s == 0.0  # more are ready
+    now_ms = round(res.now_s * 1000)
+    for job in res.jobs:
+        assert r.zscore(k.reserved, job.id) == now_ms + int(LEASE_S * 1000)
+    assert rq.status(items[0][0], ["default"]) == "reserved"
+
+    last = pop(rq, 5)
+    assert [j.id for j in last.jobs] == [items[2][0]]
+    assert r.exists(k.notify) == 0  # list drained: stale tokens removed
+    assert last.wait_s is not None and 0 < last.wait_s <= LEASE_S  # until the first lease ends
+
+    lost = run(rq, lambda b: b.ack(k, [i for i, _ in items]))
+    assert lost == 0
+    assert r.zcard(k.reserved) == 0
+    assert r.hlen(k.jobs) == 0
+    assert r.hlen(k.attempts) == 0
+    assert r.zcard(k.done) == 3
+    assert rq.status(items[0][0], ["default"]) == "done"
+    # An ack for a job no longer reserved reports it as lost.
+    assert run(rq, lambda b: b.ack(k, [items[0][0]])) == 1
+
+    empty = pop(rq, 5)
+    assert empty.jobs == [] and empty.wait_s is None and empty.dropped == 0
+
+
+def test_pop_reserves_at_most_n_and_keeps_fifo_order(rq: RedisQueue) -> None:
+    items = [envelope(n=i) for i in range(10)]
+    rq.push("default", items)
+    got: list[str] = []
+    for n in (1, 3, 0, 4, 5):
+        res = pop(rq, n)
+        assert len(res.jobs) == min(n, 10 - len(got))
+        got += [j.id for j in res.jobs]
+    assert got == [i for i, _ in items]
+
+
+# -- later: delays measured on Redis TIME ------------------------------------------------------
+
+
+def test_later_promotes_when_redis_time_reaches_the_due_time(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    job_id, env = envelope()
+    rq.push("default", [(job_id, env)], delay_s=0.4)
+    due = r.zscore(k.delayed, job_id)
+    assert due is not None and r.llen(k.ready) == 0
+    assert rq.status(job_id, ["default"]) == "delayed"
+    first = pop(rq)
+    assert first.jobs == []
+    assert first.wait_s is not None and 0 < first.wait_s <= 0.4
+    assert first.now_s * 1000 < due
+
+    pops_before_due = 0
+    while True:
+        res = pop(rq)
+        if res.jobs:
+            break
+        assert res.now_s * 1000 < due
+        pops_before_due += 1
+        time.sleep(0.02)
+    assert res.now_s * 1000 >= due  # promoted only once Redis time reached it
+    assert res.jobs[0].envelope == env and res.jobs[0].attempts == 1
+    assert r.zcard(k.delayed) == 0
+
+
+def test_delayed_scores_are_compared_with_redis_time_only(rq: RedisQueue) -> None:
+    """Scores written directly: one a second in the past (by Redis time) and one a minute
+    ahead. Whatever this process's clock says, only the first is promoted."""
+    k, r = k_of(rq), rq.client
+    past, future = envelope(), envelope()
+    now = redis_ms(r)
+    r.hset(k.jobs, mapping={past[0]: past[1], future[0]: future[1]})
+    r.zadd(k.delayed, {past[0]: now - 1000, future[0]: now + 60_000})
+    res = pop(rq, 5)
+    assert [j.id for j in res.jobs] == [past[0]]
+    assert r.zrange(k.delayed, 0, -1) == [future[0].encode()]
+    assert res.wait_s == LEASE_S  # the next thing due is the lease just taken, not the minute
+
+
+def test_later_wakes_a_sleeper_only_for_a_new_head(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    rq.push("default", [envelope()], delay_s=30)
+    assert r.llen(k.notify) == 1
+    rq.push("default", [envelope()], delay_s=60)  # later than the head: no token
+    assert r.llen(k.notify) == 1
+    rq.push("default", [envelope()], delay_s=10)  # new head: a sleeper must shorten its wait
+    assert r.llen(k.notify) == 2
+
+
+# -- release ---------------------------------------------------------------------------------
+
+
+def test_release_now_later_uncounted_and_after_exception(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    job_id, env = envelope()
+    other = envelope()
+    rq.push("default", [(job_id, env), other])
+    assert pop(rq).jobs[0].attempts == 1
+
+    # Release now: to the back of the ready list, the attempt stays counted.
+    assert run(rq, lambda b: b.release(k, job_id, 0)) is True
+    assert r.zscore(k.reserved, job_id) is None
+    assert r.lrange(k.ready, 0, -1) == [other[0].encode(), job_id.encode()]
+    res = pop(rq, 2)
+    assert [(j.id, j.attempts) for j in res.jobs] == [(other[0], 1), (job_id, 2)]
+
+    # Release with a delay: onto the delayed zset, due at Redis now + delay.
+    before = redis_ms(r)
+    assert run(rq, lambda b: b.release(k, job_id, 0.3)) is True
+    score = r.zscore(k.delayed, job_id)
+    assert score is not None and before + 300 <= score <= redis_ms(r) + 300
+    assert pop(rq).jobs == []
+    res = pop(rq)
+    while not res.jobs:
+        time.sleep(0.02)
+        res = pop(rq)
+    assert res.now_s * 1000 >= score
+    assert res.jobs[0].attempts == 3
+
+    # Release uncounted (middleware: rate limit, overlap): the attempt is given back.
+    assert run(rq, lambda b: b.release(k, job_id, 0, uncount=True)) is True
+    assert pop(rq).jobs[0].attempts == 3
+
+    # Release after an exception: counts toward maxExceptions.
+    assert run(rq, lambda b: b.release(k, job_id, 0, exception=True)) is True
+    again = pop(rq).jobs[0]
+    assert (again.attempts, again.exceptions) == (4, 1)
+
+    # A job that finished elsewhere cannot be released back to life.
+    run(rq, lambda b: b.ack(k, [job_id]))
+    assert run(rq, lambda b: b.release(k, job_id, 0)) is False
+    assert run(rq, lambda b: b.release(k, "f" * 32, 0)) is False
+    assert r.llen(k.ready) == 0 and r.zcard(k.delayed) == 0
+
+
+# -- fail, the failed store, retry ---------------------------------------------------------------
+
+
+def _fail(rq: RedisQueue, job_id: str, text: str = "boom", body: bytes = b"") -> None:
+    info = {"exception": text, "name": "T", "queue": "default", "attempts": 1}
+    run(rq, lambda b: b.fail(k_of(rq), job_id, info, body))
+
+
+def test_fail_moves_reserved_to_the_failed_store(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    job_id, env = envelope()
+    rq.push("default", [(job_id, env)])
+    pop(rq)
+    before = redis_ms(r)
+    _fail(rq, job_id, "ValueError: nope")
+    assert r.zscore(k.reserved, job_id) is None
+    assert r.hexists(k.jobs, job_id) == 0
+    assert r.hlen(k.attempts) == 0
+    assert r.hget(k.failed_body, job_id) == env
+    score = r.zscore(k.failed, job_id)
+    assert score is not None and score >= before
+    [record] = rq.failed()
+    assert (record.id, record.queue, record.name, record.attempts) == (job_id, "default", "T", 1)
+    assert record.exception == "ValueError: nope"
+    assert record.payload == env
+    assert record.failed_at == pytest.approx(score / 1000)
+    assert rq.find_failed(job_id) == record
+    assert rq.find_failed("0" * 32) is None
+    assert rq.status(job_id, ["default"]) == "failed"
+    assert rq.sizes() == {"default": {"ready": 0, "delayed": 0, "reserved": 0, "failed": 1}}
+
+
+def test_fail_keeps_the_given_body_when_the_jobs_hash_has_none(rq: RedisQueue) -> None:
+    _fail(rq, "x" * 32, body=b"raw bytes")
+    assert rq.client.hget(k_of(rq).failed_body, "x" * 32) == b"raw bytes"
+
+
+def test_retry_forget_prune_flush(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    items = [envelope(n=i) for i in range(4)]
+    rq.push("default", items)
+    pop(rq, 4)
+    run(rq, lambda b: b.release(k, items[0][0], 0, exception=True))  # counters to reset
+    pop(rq)
+    for job_id, _ in items:
+        _fail(rq, job_id)
+    assert len(rq.failed()) == 4
+
+    assert rq.retry([items[0][0], "0" * 32]) == 1
+    assert r.lrange(k.ready, 0, -1) == [items[0][0].encode()]
+    again = pop(rq).jobs[0]
+    assert (again.id, again.attempts, again.exceptions, again.envelope) == (
+        items[0][0],
+        1,
+        0,
+        items[0][1],
+    )
+    assert len(rq.failed()) == 3
+
+    assert rq.forget([items[1][0]]) == 1
+    assert rq.forget([items[1][0]]) == 0
+    assert r.hexists(k.failed_info, items[1][0]) == 0
+    assert r.hexists(k.failed_body, items[1][0]) == 0
+
+    assert rq.prune(3600) == 0  # all failed just now
+    assert rq.retry(None) == 2  # --all
+    assert {j.id for j in pop(rq, 5).jobs} == {items[2][0], items[3][0]}
+    for job_id, _ in items[1:]:
+        _fail(rq, job_id)
+    assert rq.prune(-1) == 3  # everything failed before "now + 1 s"
+    _fail(rq, items[0][0])
+    assert rq.flush() == 1
+    assert rq.failed() == []
+    for key in (k.failed, k.failed_info, k.failed_body):
+        assert r.exists(key) == 0
+
+
+# -- extend -----------------------------------------------------------------------------------
+
+
+def test_extend_renews_leases_and_returns_lost_ids(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    a, b = envelope(), envelope()
+    rq.push("default", [a, b])
+    res = pop(rq, 2, lease_s=1.0)
+    first = r.zscore(k.reserved, a[0])
+    lost = run(rq, lambda br: br.extend(k, [a[0], b[0], "9" * 32]), lease_s=30.0)
+    assert lost == ["9" * 32]
+    renewed = r.zscore(k.reserved, a[0])
+    assert renewed is not None and first is not None
+    assert renewed >= res.now_s * 1000 + 30_000 > first
+    run(rq, lambda br: br.ack(k, [a[0]]))
+    assert run(rq, lambda br: br.extend(k, [a[0], b[0]])) == [a[0]]
+
+
+def test_expired_lease_is_migrated_and_counted_again(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    job_id, env = envelope()
+    rq.push("default", [(job_id, env)])
+    first = pop(rq, lease_s=0.2).jobs[0]
+    assert first.attempts == 1
+    assert pop(rq).jobs == []  # still leased
+    score = r.zscore(k.reserved, job_id)
+    assert score is not None
+    res = pop(rq)
+    while not res.jobs:
+        time.sleep(0.02)
+        res = pop(rq)
+    assert res.now_s * 1000 >= score
+    assert (res.jobs[0].id, res.jobs[0].attempts, res.jobs[0].envelope) == (job_id, 2, env)
+
+
+# -- B1: malformed entries go to the failed store inside pop -------------------------------------
+
+
+def test_malformed_entries_are_failed_inside_pop_and_valid_jobs_still_run(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    good1, good2 = envelope(n=1), envelope(n=2)
+    bad_json_id = uuid.uuid4().hex
+    truncated_id, truncated = envelope(n=3)
+    rq.push("default", [good1])
+    r.rpush(k.ready, "not-json{")  # a raw payload pushed by hand: not an id at all
+    r.hset(k.jobs, bad_json_id, "not-json{")
+    r.rpush(k.ready, bad_json_id)
+    r.hset(k.jobs, truncated_id, truncated[: len(truncated) // 2])
+    r.rpush(k.ready, truncated_id)
+    rq.push("default", [good2])
+
+    res = pop(rq, 10)
+    assert [j.id for j in res.jobs] == [good1[0], good2[0]]
+    assert r.llen(k.ready) == 0
+    assert r.hkeys(k.jobs) and set(r.hkeys(k.jobs)) == {good1[0].encode(), good2[0].encode()}
+
+    records = {f.id: f for f in rq.failed()}
+    assert len(records) == 3
+    raw_ids = [i for i in records if i.startswith("raw-")]
+    assert len(raw_ids) == 1
+    assert records[raw_ids[0]].exception == "malformed queue entry: not a job id"
+    assert records[raw_ids[0]].payload == b"not-json{"
+    assert records[bad_json_id].exception == "malformed payload: not JSON"
+    assert records[bad_json_id].payload == b"not-json{"
+    assert records[truncated_id].payload == truncated[: len(truncated) // 2]
+    assert all(f.name == "(unreadable)" for f in records.values())
+
+    # Retrying a malformed record cannot loop: it lands in the failed store again.
+    assert rq.retry([bad_json_id]) == 1
+    assert pop(rq, 10).jobs == []
+    assert rq.find_failed(bad_json_id) is not None
+
+
+def test_stale_id_with_no_body_is_dropped_not_failed(rq: RedisQueue) -> None:
+    r, k = rq.client, k_of(rq)
+    r.rpush(k.ready, uuid.uuid4().hex)  # a job that finished: its body is gone
+    res = pop(rq, 5)
+    assert (res.jobs, res.dropped) == ([], 1)
+    assert rq.failed() == []
+
+
+# -- B6: oversize bodies are diverted before any decode -------------------------------------------
+
+
+def test_oversize_body_is_diverted_with_a_preview(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    big_id, big = envelope(blob="x" * 50_000)
+    small = envelope()
+    rq.push("default", [(big_id, big), small])
+    res = pop(rq, 5, max_bytes=10_000)
+    assert [j.id for j in res.jobs] == [small[0]]
+    record = rq.find_failed(big_id)
+    assert record is not None
+    assert record.exception == f"payload too large: {len(big)} bytes"
+    assert record.payload == big[:4096]
+    assert r.hexists(k.jobs, big_id) == 0
+
+
+def test_injected_body_over_the_default_limit(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    job_id = uuid.uuid4().hex
+    r.hset(k.jobs, job_id, b'"' + b"y" * (2 * 1024 * 1024) + b'"')
+    r.rpush(k.ready, job_id)
+    assert pop(rq, 5).jobs == []
+    record = rq.find_failed(job_id)
+    assert record is not None and record.exception.startswith("payload too large")
+    assert len(record.payload) == 4096
+
+
+# -- B8: byte-exact bodies through every move ------------------------------------------------------
+
+RAW_BODIES = [
+    b'{"a":[],"b":{},"c":[[],{}]}',
+    b'{"big":123456789012345678901234567890,"neg":-9007199254740993,"f":1.0000000000000002}',
+    b'{"s":"a\\/b","u":"\\u00e9\\ud83d\\ude00","raw":"\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80"}',
+    b'{"z":1,"a":2,"m":{"y":[3,2,1],"b":null}}',
+    b'{ "spaced" : [ 1 , 2 ] ,\n "e": 1e2 }',
+]
+
+
+def _exact_fixtures() -> list[tuple[str, bytes]]:
+    fixtures = [(uuid.uuid4().hex, raw) for raw in RAW_BODIES]
+    fixtures.append(
+        envelope(
+            empty_list=[], empty_obj={}, big=2**63 - 1, slash="/", text="\u00e9\u4e2d\U0001f600"
+        )
+    )
+    return fixtures
+
+
+def test_bodies_are_byte_exact_through_every_move(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    fixtures = _exact_fixtures()
+    want = dict(fixtures)
+    n = len(fixtures)
+    rq.push("default", fixtures)
+
+    def drain(**kw: Any) -> dict[str, bytes]:
+        got: dict[str, bytes] = {}
+        deadline = time.monotonic() + 10
+        while len(got) < n:
+            assert time.monotonic() < deadline
+            got.update({j.id: j.envelope for j in pop(rq, n, **kw).jobs})
+            time.sleep(0.01)
+        return got
+
+    assert drain(lease_s=0.2) == want  # push -> pop
+    assert drain() == want  # expired leases -> migrate -> pop
+    for job_id in want:
+        run(rq, lambda b, i=job_id: b.release(k, i, 0.05))
+    assert drain() == want  # release -> delayed -> promote -> pop
+    for job_id in want:
+        run(rq, lambda b, i=job_id: b.release(k, i, 0))
+    assert drain() == want  # release now -> pop
+    for job_id in want:
+        _fail(rq, job_id)
+    assert {f.id: f.payload for f in rq.failed()} == want  # fail keeps the bytes
+    assert rq.retry(None) == n
+    assert drain() == want  # failed -> retry -> pop
+    sealed_id = fixtures[-1][0]
+    assert open_envelope(want[sealed_id], SIGNER, job_id=sealed_id)["data"]["empty_list"] == []
+    assert r.zcard(k.delayed) == 0
+
+
+# -- B20: duplicate ids ---------------------------------------------------------------------------
+
+
+def test_duplicate_ids_in_one_pop_run_once(rq: RedisQueue) -> None:
+    """Documented outcome: two byte-identical entries (same id) in the ready list share
+    one body; the first is reserved, the second is dropped (counted in ``dropped``) while
+    the first is reserved, and dropped as stale once it finished. The job runs once."""
+    k, r = k_of(rq), rq.client
+    job = envelope()
+    rq.push("default", [job, job])
+    assert (r.llen(k.ready), r.hlen(k.jobs)) == (2, 1)
+    res = pop(rq, 5)
+    assert ([j.id for j in res.jobs], res.dropped) == ([job[0]], 1)
+    assert r.llen(k.ready) == 0
+
+
+def test_duplicate_id_popped_while_reserved_or_after_ack(rq: RedisQueue) -> None:
+    k = k_of(rq)
+    job = envelope()
+    rq.push("default", [job, job])
+    assert [j.id for j in pop(rq, 1).jobs] == [job[0]]
+    res = pop(rq, 1)  # the copy while the first is reserved
+    assert (res.jobs, res.dropped) == ([], 1)
+    run(rq, lambda b: b.ack(k, [job[0]]))
+    rq.client.rpush(k.ready, job[0])  # a copy seen after the ack: a stale id
+    res = pop(rq, 1)
+    assert (res.jobs, res.dropped) == ([], 1)
+    assert rq.failed() == []
+
+
+def test_producer_ids_are_distinct() -> None:
+    ids = {new_id() for _ in range(100_000)}
+    assert len(ids) == 100_000
+    assert all(len(i) == 32 for i in list(ids)[:100])
+
+
+# -- L5: big backlogs move in bounded chunks -------------------------------------------------------
+
+
+def _seed(r: redis.Redis, k: QueueKeys, zset: str, n: int) -> list[str]:
+    ids = [f"{i:032x}" for i in range(n)]
+    pipe = r.pipeline(transaction=False)
+    for start in range(0, n, 5000):
+        chunk = ids[start : start + 5000]
+        pipe.hset(k.jobs, mapping={i: b'{"n":1}' for i in chunk})
+        pipe.zadd(zset, {i: 1 for i in chunk})  # due/expired long ago
+    pipe.execute()
+    return ids
+
+
+@pytest.mark.parametrize("which", ["reserved", "delayed"])
+def test_20000_due_entries_migrate_in_chunks(rq: RedisQueue, which: str) -> None:
+    k, r = k_of(rq), rq.client
+    ids = _seed(r, k, getattr(k, which), 20_000)
+    calls, slowest = 0, 0.0
+    while r.zcard(getattr(k, which)):
+        t0 = time.perf_counter()
+        res = pop(rq, 0)  # migrate only
+        slowest = max(slowest, time.perf_counter() - t0)
+        assert res.jobs == []
+        calls += 1
+        assert calls <= 25
+    assert calls == 20  # 1,000 per call, never one unpack() of everything
+    ready = r.lrange(k.ready, 0, -1)
+    assert len(ready) == 20_000 and {i.decode() for i in ready} == set(ids)
+    res = pop(rq, 100)
+    assert len(res.jobs) == 100 and all(j.attempts == 1 for j in res.jobs)
+    print(f"L5 {which}: {calls} pop calls, slowest {slowest * 1000:.1f} ms (incl. round trip)")
+    assert rq.clear("default") == 19_900
+    assert r.hlen(k.jobs) == 100  # the reserved ones keep their bodies
+
+
+def test_clear_deletes_ready_and_delayed_with_bodies(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    rq.push("default", [envelope() for _ in range(1500)])
+    rq.push("default", [envelope() for _ in range(700)], delay_s=60)
+    kept = envelope()
+    rq.push("default", [kept])
+    r.lrem(k.ready, 0, kept[0])
+    r.zadd(k.reserved, {kept[0]: redis_ms(r) + 60_000})
+    assert rq.clear("default") == 2200
+    assert (r.llen(k.ready), r.zcard(k.delayed)) == (0, 0)
+    assert r.hkeys(k.jobs) == [kept[0].encode()]  # a running job is not cleared
+
+
+def test_scripts_are_reloaded_after_script_flush(rq: RedisQueue) -> None:
+    rq.client.script_flush()
+    job = envelope()
+    rq.push("default", [job])
+    rq.client.script_flush()
+    assert pop(rq).jobs[0].envelope == job[1]
+
+
+def test_push_to_a_named_queue_uses_its_own_keys(rq: RedisQueue) -> None:
+    rq.push("mail", [envelope()])
+    assert rq.sizes(["mail", "default"]) == {
+        "mail": {"ready": 1, "delayed": 0, "reserved": 0, "failed": 0},
+        "default": {"ready": 0, "delayed": 0, "reserved": 0, "failed": 0},
+    }
+    assert "mail" in rq.queue_names()
+    res = run(rq, lambda b: b.pop(rq.keys("mail"), 5))
+    assert len(res.jobs) == 1 and res.jobs[0].queue == "mail"
+    assert orjson.loads(res.jobs[0].envelope)["body"]["displayName"] == "T"
