@@ -88,7 +88,9 @@ def bench_redis() -> Iterator[Server]:
                 break
             except redis.ConnectionError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server ({binary}) did not start on port {port}") from None
+                    raise RuntimeError(
+                        f"redis-server ({binary}) did not start on port {port}"
+                    ) from None
                 time.sleep(0.02)
         yield Server(url, binary, version)
     finally:

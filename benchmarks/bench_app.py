@@ -12,7 +12,8 @@ from Redis and not from parsing worker output:
   drain is timed from the first pop, not from Python start-up.
 * with ``TIDINGS_BENCH_LATENCY=1`` in the worker's environment, a ``JobProcessing``
   listener keeps each job's ``wait_s`` and when it heard the event, and :class:`Stamp`
-  writes ``start - sent_at``, that ``wait_s`` and ``heard - sent_at``. The listener is left out otherwise: it would cost every drained job.
+  writes ``start - sent_at``, that ``wait_s`` and ``heard - sent_at``. The listener is
+  left out otherwise: it would cost every drained job.
 
 Peers (optional; only when installed) are built on first access of their names, so this
 module never needs them: ``huey_app``/``huey_noop`` (``huey_consumer
@@ -125,7 +126,9 @@ def _build_dramatiq() -> None:
     def dramatiq_noop(n: int = 0) -> None:
         return None
 
-    _peers.update(dramatiq_broker=broker, dramatiq_noop=dramatiq.actor(dramatiq_noop, broker=broker))
+    _peers.update(
+        dramatiq_broker=broker, dramatiq_noop=dramatiq.actor(dramatiq_noop, broker=broker)
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -147,7 +150,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args()
-    code = asyncio.run(Worker(app, WorkerOptions(concurrency=args.concurrency, stop_when_empty=True)).run())
+    code = asyncio.run(
+        Worker(app, WorkerOptions(concurrency=args.concurrency, stop_when_empty=True)).run()
+    )
     raise SystemExit(code)
 
 

@@ -133,10 +133,14 @@ def enqueue_one(ctx: Ctx) -> list[Row]:
         return rate(n, time.perf_counter() - t)
 
     tidings_loop()  # warm-up: connection, script cache
-    ours, rpush, evalsha = (median_of(ctx.runs, f) for f in (tidings_loop, rpush_loop, evalsha_loop))
+    ours, rpush, evalsha = (
+        median_of(ctx.runs, f) for f in (tidings_loop, rpush_loop, evalsha_loop)
+    )
     ctx.clean()
     raw.close()
-    ctx.notes.append(f"envelope of a no-op job: {len(payload)} bytes (baselines push the same size)")
+    ctx.notes.append(
+        f"envelope of a no-op job: {len(payload)} bytes (baselines push the same size)"
+    )
     return [
         Row(
             "enqueue one at a time: Job.dispatch()",
@@ -206,7 +210,7 @@ def notify_worker_argv(*args: str) -> list[str]:
 
 def spawn(argv: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     """Start a worker; its per-job lines go to /dev/null (they are still formatted)."""
-    err = tempfile.TemporaryFile()
+    err = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the process
     proc = subprocess.Popen(list(argv), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
     proc._bench_err = err  # type: ignore[attr-defined]
     return proc
@@ -233,7 +237,9 @@ def stop(proc: subprocess.Popen[bytes], *, timeout_s: float = 30.0) -> int | Non
     return proc.returncode
 
 
-def wait_started(ctx: Ctx, count: int, procs: Sequence[subprocess.Popen[bytes]], timeout_s: float = 30.0) -> None:
+def wait_started(
+    ctx: Ctx, count: int, procs: Sequence[subprocess.Popen[bytes]], timeout_s: float = 30.0
+) -> None:
     key = _app().mark_key("started")
     deadline = time.monotonic() + timeout_s
     while int(ctx.client.llen(key)) < count:
@@ -268,7 +274,9 @@ def redis_cpu_s(ctx: Ctx) -> float:
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
-def drain_once(ctx: Ctx, argv: Sequence[str], procs: int, sync: bool = False) -> tuple[float, float, float]:
+def drain_once(
+    ctx: Ctx, argv: Sequence[str], procs: int, sync: bool = False
+) -> tuple[float, float, float]:
     """Fill the queue with N no-op jobs, run ``procs`` workers until empty.
 
     Returns:
@@ -329,7 +337,12 @@ def drain_rows(ctx: Ctx) -> list[Row]:
     ]
     c64, trips = drain(ctx, notify_worker_argv("--stop-when-empty", "--concurrency", "64"))
     rows.append(
-        Row("drain, 1 process, --concurrency 64", fmt_rate(c64), f"vs defaults; {trips}", fmt_ratio(c64, default))
+        Row(
+            "drain, 1 process, --concurrency 64",
+            fmt_rate(c64),
+            f"vs defaults; {trips}",
+            fmt_ratio(c64, default),
+        )
     )
     two, trips = drain(ctx, notify_worker_argv("--stop-when-empty"), procs=2)
     rows.append(
@@ -343,7 +356,12 @@ def drain_rows(ctx: Ctx) -> list[Row]:
     )
     sync, trips = drain(ctx, notify_worker_argv("--stop-when-empty"), sync=True)
     rows.append(
-        Row("drain, 1 process, sync handle() (thread pool)", fmt_rate(sync), f"vs async; {trips}", fmt_ratio(sync, default))
+        Row(
+            "drain, 1 process, sync handle() (thread pool)",
+            fmt_rate(sync),
+            f"vs async; {trips}",
+            fmt_ratio(sync, default),
+        )
     )
     bare, trips = drain(ctx, [sys.executable, "-m", "benchmarks.bench_app", "--concurrency", "16"])
     rows.append(
@@ -414,11 +432,15 @@ def _pcts(values: list[float]) -> tuple[float, float]:
     return statistics.median(values) * 1000, cuts[98] * 1000
 
 
-def _blpop_baseline(ctx: Ctx, script: str, per_s: float, duration: float, count: int) -> list[float]:
+def _blpop_baseline(
+    ctx: Ctx, script: str, per_s: float, duration: float, count: int
+) -> list[float]:
     """Seconds from RPUSH of a timestamp to a bare consumer's BLPOP returning it."""
     key, out = f"{ctx.prefix}:baseline:blpop", f"{ctx.prefix}:baseline:blpop:out"
     ctx.client.delete(key, out, out + ":ready")
-    consumer = subprocess.Popen([sys.executable, "-c", script, ctx.url, key, out, str(count)], cwd=ROOT)
+    consumer = subprocess.Popen(
+        [sys.executable, "-c", script, ctx.url, key, out, str(count)], cwd=ROOT
+    )
     try:
         _wait_len(ctx, out + ":ready", 1)
         time.sleep(0.2)
@@ -532,14 +554,23 @@ ALL: dict[str, Callable[[Ctx], list[Row]]] = {
 # (outermost frame first within a rule's own test). Order matters: log lines and Redis
 # I/O are picked out before the generic per-job steps that call them.
 BUCKETS: list[tuple[str, Callable[[list[str]], bool]]] = [
-    ("per-job log lines (notify-worker output listeners)", lambda s: any("install_output" in f for f in s)),
+    (
+        "per-job log lines (notify-worker output listeners)",
+        lambda s: any("install_output" in f for f in s),
+    ),
     (
         "redis-py: reading + parsing replies",
         lambda s: any("(redis/" in f and ("read_response" in f or "_parsers" in f) for f in s),
     ),
-    ("redis-py: packing + sending commands, socket write", lambda s: any("(redis/" in f for f in s)),
+    (
+        "redis-py: packing + sending commands, socket write",
+        lambda s: any("(redis/" in f for f in s),
+    ),
     ("idle: epoll wait (for Redis replies)", lambda s: "select (" in s[-1]),
-    ("open_envelope: HMAC verify + orjson + field checks", lambda s: any("open_envelope" in f for f in s)),
+    (
+        "open_envelope: HMAC verify + orjson + field checks",
+        lambda s: any("open_envelope" in f for f in s),
+    ),
     ("resolve_class: allow-list + import_module", lambda s: any("resolve_class" in f for f in s)),
     ("serializer.decode (job object rebuilt)", lambda s: any("(serializer.py" in f for f in s)),
     ("lifecycle events (App.emit -> Dispatcher)", lambda s: any("App.emit" in f for f in s)),
@@ -547,7 +578,10 @@ BUCKETS: list[tuple[str, Callable[[list[str]], bool]]] = [
         "running the job: middleware pipeline, asyncio.timeout, handle",
         lambda s: any("run_job_pipeline" in f or "_invoke" in f for f in s),
     ),
-    ("worker's own code (self time in worker/broker/scripts)", lambda s: s[-1].split(" (")[-1].startswith(("worker.py", "broker.py", "scripts.py"))),
+    (
+        "worker's own code (self time in worker/broker/scripts)",
+        lambda s: s[-1].split(" (")[-1].startswith(("worker.py", "broker.py", "scripts.py")),
+    ),
     ("asyncio: tasks, events, callbacks, scheduling", lambda s: "(asyncio/" in s[-1]),
     ("other", lambda s: True),
 ]
@@ -605,8 +639,27 @@ def profile_drain(ctx: Ctx, out_dir: Path, rate_hz: int = 1000) -> list[str]:
         ctx.clean()
         b.app.dispatch_many([b.NoOpJob(i) for i in range(ctx.n)])
         raw = out_dir / f"profile-{'cli' if 'notify' in label else 'bare'}.txt"
-        cmd = [pyspy, "record", "--nonblocking", "--rate", str(rate_hz), "--format", "raw", "--output", str(raw), "--", *argv]
-        subprocess.run(cmd, cwd=ROOT, env=worker_env(ctx), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        cmd = [
+            pyspy,
+            "record",
+            "--nonblocking",
+            "--rate",
+            str(rate_hz),
+            "--format",
+            "raw",
+            "--output",
+            str(raw),
+            "--",
+            *argv,
+        ]
+        subprocess.run(
+            cmd,
+            cwd=ROOT,
+            env=worker_env(ctx),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=True,
+        )
         out.append(f"{label}: py-spy samples in {raw}")
         out += summarize_profile(raw, ctx.n, rate_hz)
     ctx.clean()
@@ -666,7 +719,12 @@ def _peers(ctx: Ctx) -> tuple[list[Peer], list[str]]:
             Peer(
                 "dramatiq",
                 lambda i: actor.send(i),
-                [str(bin_dir / "dramatiq"), "benchmarks.bench_app:dramatiq_broker", "--processes", "1"],
+                [
+                    str(bin_dir / "dramatiq"),
+                    "benchmarks.bench_app:dramatiq_broker",
+                    "--processes",
+                    "1",
+                ],
                 lambda: int(ctx.client.hlen(msgs)),
                 "dramatiq, 1 process x 8 threads (default threads)",
             )
@@ -677,21 +735,23 @@ def _peers(ctx: Ctx) -> tuple[list[Peer], list[str]]:
         import rq
 
         queue = rq.Queue(f"{ctx.prefix}-rq", connection=redis.Redis.from_url(ctx.url))
-        finished = rq.registry.FinishedJobRegistry(queue=queue)
-        total = {"n": 0}
-
-        def rq_push(i: int) -> None:
-            queue.enqueue(b.rq_noop, i)
-            total["n"] += 1
-
+        started = rq.registry.StartedJobRegistry(queue=queue)
         peers.append(
             Peer(
                 "rq",
-                rq_push,
-                [str(bin_dir / "rq"), "worker", "--url", ctx.url, "-w", "rq.worker.SimpleWorker", queue.name],
-                lambda: total["n"] - int(finished.count),
+                lambda i: queue.enqueue(b.rq_noop, i),
+                [
+                    str(bin_dir / "rq"),
+                    "worker",
+                    "--url",
+                    ctx.url,
+                    "-w",
+                    "rq.worker.SimpleWorker",
+                    queue.name,
+                ],
+                lambda: int(queue.count) + int(started.count),
                 "rq SimpleWorker (no fork per job; the default forks)",
-                drain_n=min(ctx.n, 5_000),
+                drain_n=min(ctx.n, 2_000),
             )
         )
     except ImportError:
@@ -715,7 +775,7 @@ def _poll_drain(pending: Callable[[], int], n: int, proc: subprocess.Popen[bytes
         if first is None and left < n:
             first = (now, left)
         if left <= 0 and first is not None:
-            return rate(n - first[1], now - first[0]) if now > first[0] else float("nan")
+            return rate(first[1], now - first[0]) if now > first[0] else float("nan")
         if proc.poll() is not None:
             raise RuntimeError(f"worker exited with {proc.returncode}: {stderr_tail(proc)}")
         if time.monotonic() > deadline:
@@ -726,11 +786,15 @@ def _poll_drain(pending: Callable[[], int], n: int, proc: subprocess.Popen[bytes
 def peer_rows(ctx: Ctx) -> list[Row]:
     """Enqueue and drain of tidings and each installed peer, measured the same way."""
     if os.environ.get("TIDINGS_BENCH_REDIS_URL"):
-        ctx.notes.append("peers skipped: they run only on the private Redis run.py starts (they FLUSHDB)")
+        ctx.notes.append(
+            "peers skipped: they run only on the private Redis run.py starts (they FLUSHDB)"
+        )
         return []
     peers, missing = _peers(ctx)
     if missing:
-        ctx.notes.append(f"peers not installed (skipped): {', '.join(missing)}; pip install {' '.join(missing)}")
+        ctx.notes.append(
+            f"peers not installed (skipped): {', '.join(missing)}; pip install {' '.join(missing)}"
+        )
     rows: list[Row] = []
     results: dict[str, tuple[float, float]] = {}
     runs = 1 if ctx.quick else ctx.runs

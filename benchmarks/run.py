@@ -1,7 +1,9 @@
 """Run every benchmark with one command and print one table.
 
-    .venv/bin/python benchmarks/run.py [--quick] [--n N] [--only enqueue,bulk,drain,latency,memory,peers,events]
+    .venv/bin/python benchmarks/run.py [--quick] [--n N] [--runs R] [--only SECTIONS]
     .venv/bin/python benchmarks/run.py --profile DIR [--n N]     # needs py-spy
+
+SECTIONS (comma-separated): enqueue, bulk, drain, latency, memory, peers, events.
 
 Starts its own redis-server on a free 127.0.0.1 port (no persistence) and stops it at
 the end, unless ``TIDINGS_BENCH_REDIS_URL`` names one; then only keys under a private
@@ -51,7 +53,10 @@ def machine(server_version: str, binary: str | None) -> list[str]:
 
 def print_table(rows: list[Row]) -> None:
     head = Row("figure", "tidings", "baseline (same run)", "ratio", "goal (issue 7)")
-    cols = [max(len(getattr(r, f)) for r in [head, *rows]) for f in ("figure", "value", "baseline", "ratio")]
+    cols = [
+        max(len(getattr(r, f)) for r in [head, *rows])
+        for f in ("figure", "value", "baseline", "ratio")
+    ]
     for i, r in enumerate([head, *rows]):
         print(
             f"{r.figure:<{cols[0]}}  {r.value:>{cols[1]}}  {r.baseline:<{cols[2]}}  "
@@ -75,13 +80,21 @@ def run_events(quick: bool) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="N = 5,000 and one run per drain")
-    parser.add_argument("--n", type=int, default=None, help="jobs per figure (20,000; 5,000 with --quick)")
-    parser.add_argument("--runs", type=int, default=3, help="runs per figure; the median is printed")
+    parser.add_argument(
+        "--n", type=int, default=None, help="jobs per figure (20,000; 5,000 with --quick)"
+    )
+    parser.add_argument(
+        "--runs", type=int, default=3, help="runs per figure; the median is printed"
+    )
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     parser.add_argument(
-        "--profile", metavar="DIR", help="instead: drain N jobs under py-spy and print where the time goes"
+        "--profile",
+        metavar="DIR",
+        help="instead: drain N jobs under py-spy and print where the time goes",
     )
     args = parser.parse_args()
     wanted = [s.strip() for s in args.only.split(",") if s.strip()]

@@ -16,6 +16,7 @@ worker yourself with ``notify-worker -A examples.events.app:app --queue receipts
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -32,9 +33,7 @@ if __name__ == "__main__":
     # Run as a script, this file is ``__main__``: a worker could not import SendReceipt
     # by that name. Import it under its package name and run that module instead.
     sys.path.insert(0, str(ROOT))
-    from examples.events.app import main
-
-    sys.exit(main())
+    sys.exit(importlib.import_module("examples.events.app").main())
 
 app = App.from_env()
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-os.chdir(ROOT)
+# The embedded Redis, key and outbox live under ./.tidings of the current directory.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 from examples.signup.app import User, UserRegistered, app  # noqa: E402
 from tidings import event  # noqa: E402

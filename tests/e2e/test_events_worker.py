@@ -88,7 +88,8 @@ class Env:
         return args, int(record["pid"])
 
     def lifecycle(self) -> list[str]:
-        return [x.decode() for x in self.r.lrange(f"{self.prefix}:test:lifecycle", 0, -1)]
+        raw: list[bytes] = self.r.lrange(f"{self.prefix}:test:lifecycle", 0, -1)  # type: ignore[assignment]
+        return [x.decode() for x in raw]
 
 
 @pytest.fixture

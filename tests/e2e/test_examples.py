@@ -98,3 +98,14 @@ def test_the_events_example(workdir: Path) -> None:
     assert "[worker]" not in "\n".join(dispatch)
     assert lines[-1].startswith("OK:")
     assert (workdir / ".tidings" / "redis.sock").exists()  # the embedded default was used
+
+
+def test_the_signup_example(workdir: Path) -> None:
+    """The README's first command: event -> queued listener -> mail, SMS and webhook."""
+    out = run_example("examples/signup/run.py", workdir).stdout
+    assert "OK: event -> queued listener -> notification by mail, sms and webhook" in out
+    emls = list((workdir / ".tidings" / "outbox").glob("*.eml"))
+    assert len(emls) == 1
+    assert "Subject: Welcome aboard, Ada!" in emls[0].read_text()
+    assert re.search(r"^webhook verified id=\w+ payload=.*\"user.welcomed\"", out, re.M)
+    assert re.search(r"^sms .*to=\+15551234567", out, re.M)

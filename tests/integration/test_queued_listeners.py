@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 import redis
@@ -205,7 +205,7 @@ def audit(event: object) -> str:
 class Configured(Listener, ShouldQueue):
     queue = "mail"
     tries = 3
-    backoff: ClassVar[list[float]] = [1, 2.5]
+    backoff = (1, 2.5)
     timeout = 5.0
     retry_until = dt.timedelta(minutes=5)
     max_exceptions = 2

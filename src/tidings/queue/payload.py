@@ -39,7 +39,7 @@ from typing import Any, NotRequired, TypedDict
 
 import orjson
 
-from tidings.errors import PayloadRejected, PayloadTooLarge
+from tidings.errors import PayloadRejected, PayloadTooLarge, SerializationError
 from tidings.queue.signing import Signer
 
 _HEAD = b'{"sig":"'
@@ -102,7 +102,11 @@ def seal(body: JobBody, signer: Signer, *, max_bytes: int) -> bytes:
     Raises:
         PayloadTooLarge: the envelope is over ``max_bytes``; nothing was pushed.
     """
-    raw = orjson.dumps(body)
+    try:
+        raw = orjson.dumps(body)
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        # e.g. an unpaired surrogate in a str: not representable as UTF-8 JSON.
+        raise SerializationError(f"payload of {body['displayName']} is not JSON-safe: {exc}") from exc
     envelope = b"".join((_HEAD, signer.sign(raw).encode(), _MID, raw, b"}"))
     if len(envelope) > max_bytes:
         raise PayloadTooLarge(
