@@ -279,9 +279,13 @@ def drain_once(
 ) -> tuple[float, float, float]:
     """Fill the queue with N no-op jobs, run ``procs`` workers until empty.
 
+    The clock starts when the last worker has announced ``WorkerStarting`` (so one
+    worker importing while the other drains does not skew a 2-process figure) and stops
+    at the last ack; only the jobs acked in between are counted.
+
     Returns:
-        jobs/s from the first WorkerStarting to the last ack, the worker's Redis round
-        trips per job (scripts and blocking waits) and Redis server CPU seconds per job.
+        jobs/s, the workers' Redis round trips per job (scripts and blocking waits) and
+        Redis server CPU seconds per job.
     """
     b = _app()
     ctx.clean()
@@ -310,69 +314,84 @@ def drain_once(
     failed = int(ctx.client.zcard(k.failed))
     if done != ctx.n or failed:
         raise RuntimeError(f"expected {ctx.n} done, got {done} done and {failed} failed")
-    started = min(float(x) for x in ctx.client.lrange(b.mark_key("started"), 0, -1))
+    started = max(float(x) for x in ctx.client.lrange(b.mark_key("started"), 0, -1))
     last = ctx.client.zrange(k.done, -1, -1, withscores=True)[0][1] / 1000.0
-    return rate(ctx.n, last - started), calls / ctx.n, cpu / ctx.n
+    counted = int(ctx.client.zcount(k.done, int(started * 1000), "+inf"))
+    return rate(counted, last - started), calls / ctx.n, cpu / ctx.n
 
 
-def drain(ctx: Ctx, argv: Sequence[str], procs: int = 1, sync: bool = False) -> tuple[float, str]:
-    """Median drain rate, with the round trips and Redis CPU per job of that median run."""
-    runs = 1 if ctx.quick else ctx.runs
-    results = sorted((drain_once(ctx, argv, procs, sync) for _ in range(runs)), key=lambda r: r[0])
-    jobs_s, trips, cpu = results[len(results) // 2]
-    return jobs_s, f"{trips:.3f} trips, Redis {cpu * 1e6:.0f} us CPU /job"
+@dataclass(slots=True)
+class DrainCase:
+    """One worker configuration of the drain figures."""
+
+    figure: str
+    argv: list[str]
+    procs: int = 1
+    sync: bool = False
+    versus: str = ""
+    goal: str = ""
+    results: list[tuple[float, float, float]] = field(default_factory=list)
+
+    def median(self) -> tuple[float, float, float]:
+        ordered = sorted(self.results, key=lambda r: r[0])
+        return ordered[len(ordered) // 2]
 
 
 def drain_rows(ctx: Ctx) -> list[Row]:
-    """Drain rate of one and two worker processes on no-op jobs."""
-    default, trips = drain(ctx, notify_worker_argv("--stop-when-empty"))
-    rows = [
-        Row(
+    """Drain rate of one and two worker processes on no-op jobs.
+
+    The cases take turns (run 1 of each, then run 2 of each...), so a burst of load from
+    elsewhere on a shared machine lands on all of them rather than on one.
+    """
+    stop_empty = notify_worker_argv("--stop-when-empty")
+    cases = [
+        DrainCase(
             "drain, 1 process, defaults (--concurrency 16)",
-            fmt_rate(default),
-            trips,
-            "",
-            ">= 2x huey 3.3k (6.6k)",
-        )
-    ]
-    c64, trips = drain(ctx, notify_worker_argv("--stop-when-empty", "--concurrency", "64"))
-    rows.append(
-        Row(
+            stop_empty,
+            goal=">= 2x huey 3.3k (6.6k)",
+        ),
+        DrainCase(
             "drain, 1 process, --concurrency 64",
-            fmt_rate(c64),
-            f"vs defaults; {trips}",
-            fmt_ratio(c64, default),
-        )
-    )
-    two, trips = drain(ctx, notify_worker_argv("--stop-when-empty"), procs=2)
-    rows.append(
-        Row(
+            notify_worker_argv("--stop-when-empty", "--concurrency", "64"),
+            versus="vs defaults",
+        ),
+        DrainCase(
             "drain, 2 processes, defaults",
-            fmt_rate(two),
-            f"vs 1 process; {trips}",
-            fmt_ratio(two, default),
-            ">= 2x 4.3k (~9k)",
-        )
-    )
-    sync, trips = drain(ctx, notify_worker_argv("--stop-when-empty"), sync=True)
-    rows.append(
-        Row(
+            stop_empty,
+            procs=2,
+            versus="vs 1 process",
+            goal=">= 2x 4.3k (~9k)",
+        ),
+        DrainCase(
             "drain, 1 process, sync handle() (thread pool)",
-            fmt_rate(sync),
-            f"vs async; {trips}",
-            fmt_ratio(sync, default),
-        )
-    )
-    bare, trips = drain(ctx, [sys.executable, "-m", "benchmarks.bench_app", "--concurrency", "16"])
-    rows.append(
-        Row(
+            stop_empty,
+            sync=True,
+            versus="vs async",
+        ),
+        DrainCase(
             "drain, 1 process, bare Worker (no per-job log lines)",
-            fmt_rate(bare),
-            f"vs notify-worker; {trips}",
-            fmt_ratio(bare, default),
-        )
-    )
+            [sys.executable, "-m", "benchmarks.bench_app", "--concurrency", "16"],
+            versus="vs notify-worker",
+        ),
+    ]
+    for _ in range(1 if ctx.quick else ctx.runs):
+        for case in cases:
+            case.results.append(drain_once(ctx, case.argv, case.procs, case.sync))
     ctx.clean()
+    default = cases[0].median()[0]
+    rows = []
+    for case in cases:
+        jobs_s, trips, cpu = case.median()
+        detail = f"{trips:.3f} trips, Redis {cpu * 1e6:.0f} us CPU /job"
+        rows.append(
+            Row(
+                case.figure,
+                fmt_rate(jobs_s),
+                f"{case.versus}; {detail}" if case.versus else detail,
+                fmt_ratio(jobs_s, default) if case.versus else "",
+                case.goal,
+            )
+        )
     return rows
 
 

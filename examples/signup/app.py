@@ -24,7 +24,9 @@ log = logging.getLogger("signup")
 app = App.from_env(
     # The demo's receiver listens on 127.0.0.1, which webhooks refuse by default (SSRF guard).
     webhook_allow_private=True,
-    webhook_secret=os.environ.get("TIDINGS_WEBHOOK_SECRET", "whsec_ZGVtby1zZWNyZXQtZm9yLXRoZS1zaWdudXAtZXhhbXBsZQ=="),
+    webhook_secret=os.environ.get(
+        "TIDINGS_WEBHOOK_SECRET", "whsec_ZGVtby1zZWNyZXQtZm9yLXRoZS1zaWdudXAtZXhhbXBsZQ=="
+    ),
 )
 
 

@@ -32,7 +32,7 @@ received: list[dict[str, object]] = []
 
 
 class Receiver(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("content-length", 0)))
         try:
             payload = verify_webhook(app.settings.webhook_secret or "", dict(self.headers), body)
@@ -64,7 +64,9 @@ def main() -> int:
         text=True,
     )
     lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(iter(worker.stdout.readline, "")), daemon=True).start()  # type: ignore[union-attr]
+    threading.Thread(
+        target=lambda: lines.extend(iter(worker.stdout.readline, "")), daemon=True
+    ).start()  # type: ignore[union-attr]
 
     user = User(id=42, name="Ada", email="ada@example.org", phone="+15551234567", webhook_url=url)
     print(f"[app] event(UserRegistered({user.name})) -> {event(UserRegistered(user))}")
@@ -85,7 +87,11 @@ def main() -> int:
     print("\n--- delivered ---")
     mails = sorted(set(outbox.glob("*.eml")) - before) if outbox.exists() else []
     for path in mails:
-        head = [ln for ln in path.read_text().splitlines() if ln.split(":")[0] in ("To", "Subject", "Message-ID")]
+        head = [
+            ln
+            for ln in path.read_text().splitlines()
+            if ln.split(":")[0] in ("To", "Subject", "Message-ID")
+        ]
         print(f"mail    {path}: " + " | ".join(head))
     for ln in lines:
         if "sms" in ln.lower() and "+1555" in ln:
@@ -93,7 +99,11 @@ def main() -> int:
     for hook in received:
         print(f"webhook verified id={hook['id']} payload={json.dumps(hook['payload'])}")
     ok = bool(mails) and bool(received) and any("+1555" in ln for ln in lines) and code == 0
-    print("\nOK: event -> queued listener -> notification by mail, sms and webhook" if ok else "\nFAILED")
+    print(
+        "\nOK: event -> queued listener -> notification by mail, sms and webhook"
+        if ok
+        else "\nFAILED"
+    )
     return 0 if ok else 1
 
 

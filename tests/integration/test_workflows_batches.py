@@ -50,7 +50,7 @@ def _finished(app: App, batch_id: str) -> BatchInfo | None:
 
 
 def _full(jobs: int, failing: set[int] | None = None, **kw: Any) -> list[Item]:
-    return [Item(f"i{i}", fail=i in (failing or set()), **kw) for i in range(jobs)]
+    return [Item(f"i{i}", fails=i in (failing or set()), **kw) for i in range(jobs)]
 
 
 def test_hundreds_of_jobs_with_allowed_failures(
@@ -71,7 +71,7 @@ def test_hundreds_of_jobs_with_allowed_failures(
     info = wait_until(lambda: _finished(app, bid), 25, "batch finished", *workers)
     assert (info.total, info.processed, info.failed, info.pending) == (300, 296, 4, 0)
     assert info.progress == 100.0 and info.name == "import" and not info.cancelled
-    assert info.created_at <= info.finished_at  # type: ignore[operator]
+    assert info.finished_at is not None and info.created_at <= info.finished_at
     wait_until(lambda: "finally" in _callbacks(redis_client, prefix), 10, "finally", *workers)
     time.sleep(0.5)
     assert _callbacks(redis_client, prefix) == {"catch": 1, "finally": 1}
@@ -84,7 +84,7 @@ def test_hundreds_of_jobs_with_allowed_failures(
 def test_first_failure_cancels_the_rest(
     app: App, redis_client: redis.Redis, prefix: str, spawn_proc: Callable[..., Proc]
 ) -> None:
-    jobs = [Item("boom", fail=True), *_full(150, sleep=0.01)]
+    jobs = [Item("boom", fails=True), *_full(150, sleep=0.01)]
     bid = (
         batch(jobs)
         .then(Callback("then"))
@@ -152,7 +152,7 @@ def test_worker_sigkilled_mid_batch_callbacks_fire_once(
     seen = execs(redis_client, prefix)
     assert len(seen) == 300
     extra = sum(n - 1 for n in seen.values())
-    assert extra <= 16 + 1, f"extra executions {extra}"
+    assert extra <= 2 * 16, f"extra executions {extra}"  # in flight in the two killed workers
     print(f"\nbatch kill: extra executions {extra}, callbacks {_callbacks(redis_client, prefix)}")
     assert seen["i40"] in (1, 2)
     stop_all(w3)

@@ -12,10 +12,18 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from tests.integration.workflows_app import Callback, Fail, KillOnce, Record, make_app
+from tests.integration.workflows_app import (
+    Callback,
+    Fail,
+    KillOnce,
+    Noted,
+    NoteListener,
+    Record,
+    make_app,
+)
 from tests.integration.workflows_support import execs, order, start_worker, stop_all, wait_until
 from tests.support import Proc
-from tidings import App, chain
+from tidings import App, CallQueuedListener, chain
 from tidings.queue.once import push_once
 from tidings.queue.producer import new_id
 
@@ -41,6 +49,17 @@ def test_links_run_in_order_once_each(
     chain(Record("a"), Record("b"), Record("c"), Record("d")).dispatch()
     wait_until(lambda: len(order(redis_client, prefix)) == 4, 15, "4 links", w)
     assert order(redis_client, prefix) == ["a", "b", "c", "d"]
+    stop_all(w)
+
+
+def test_a_queued_listener_can_be_a_link(
+    app: App, redis_client: redis.Redis, prefix: str, spawn_proc: Callable[..., Proc]
+) -> None:
+    w = start_worker(spawn_proc, app.settings.redis_url, prefix)
+    link = CallQueuedListener.for_target(NoteListener, (Noted("listener"),))
+    chain(Record("a"), link, Record("c")).dispatch()
+    wait_until(lambda: len(order(redis_client, prefix)) == 3, 15, "3 links", w)
+    assert order(redis_client, prefix) == ["a", "listener", "c"]
     stop_all(w)
 
 

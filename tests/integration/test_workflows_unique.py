@@ -98,7 +98,7 @@ def test_debounce_two_producers_run_the_last_dispatch_once(
     results = _race(app, lambda t, n: Debounced("d", t * 1000 + n), 60)
     assert all(r is not None for rs in results for r in rs)
     key = next(iter(redis_client.scan_iter(match=f"{prefix}:queue:{{default}}:debounce:*")))
-    survivor = redis_client.hget(key, "id")
+    survivor: Any = redis_client.hget(key, "id")
     assert survivor is not None and survivor.decode() in {r for rs in results for r in rs}
     wait_until(lambda: redis_client.llen(f"{prefix}:test:debounced") >= 1, 10, "ran", w)
     wait_until(lambda: app.job_status(survivor.decode()) == "done", 5, "survivor done", w)

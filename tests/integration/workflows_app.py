@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 
-from tidings import App, Job, _current
+from tidings import App, Job, Listener, ShouldQueue, _current
 from tidings.queue.limits import RateLimited, Skip, ThrottlesExceptions, WithoutOverlapping
 from tidings.queue.payload import JobBody
 
@@ -165,7 +165,7 @@ class Item(Job):
     """A batch member: optionally fails, optionally adds ``add`` jobs to its batch."""
 
     tag: str
-    fail: bool = False
+    fails: bool = False
     sleep: float = 0.0
     add: int = 0
     tries = 1
@@ -176,7 +176,7 @@ class Item(Job):
         record(self.tag)
         if self.add:
             self.batch.add([Item(f"{self.tag}.{i}") for i in range(self.add)])
-        if self.fail:
+        if self.fails:
             raise RuntimeError(f"{self.tag} failed on purpose")
 
 
@@ -185,6 +185,20 @@ class Sturdy(Item):
     """A batch member that survives its worker being killed (three tries)."""
 
     tries = 3
+
+
+@dataclass
+class Noted:
+    """An event."""
+
+    tag: str
+
+
+class NoteListener(Listener, ShouldQueue):
+    """A queued listener (a chain link in the tests)."""
+
+    def handle(self, event: Noted) -> None:
+        record(event.tag)
 
 
 @dataclass

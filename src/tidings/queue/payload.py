@@ -106,7 +106,9 @@ def seal(body: JobBody, signer: Signer, *, max_bytes: int) -> bytes:
         raw = orjson.dumps(body)
     except (TypeError, orjson.JSONEncodeError) as exc:
         # e.g. an unpaired surrogate in a str: not representable as UTF-8 JSON.
-        raise SerializationError(f"payload of {body['displayName']} is not JSON-safe: {exc}") from exc
+        raise SerializationError(
+            f"payload of {body['displayName']} is not JSON-safe: {exc}"
+        ) from exc
     envelope = b"".join((_HEAD, signer.sign(raw).encode(), _MID, raw, b"}"))
     if len(envelope) > max_bytes:
         raise PayloadTooLarge(

@@ -16,7 +16,7 @@ import orjson
 import redis
 import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import OutOfMemoryError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tidings.errors import QueueUnavailable
@@ -53,7 +53,8 @@ class FailedJob:
 
 
 def _translate(exc: BaseException, what: str) -> QueueUnavailable | BaseException:
-    if isinstance(exc, ResponseError) and "OOM" in str(exc):
+    # redis-py raises OutOfMemoryError and strips the "OOM" prefix from its message.
+    if isinstance(exc, OutOfMemoryError) or (isinstance(exc, ResponseError) and "OOM" in str(exc)):
         return QueueUnavailable(f"{what}: Redis is out of memory (maxmemory reached)")
     if isinstance(exc, _UNAVAILABLE):
         return QueueUnavailable(f"{what}: Redis unavailable ({type(exc).__name__}: {exc})")

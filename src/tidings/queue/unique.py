@@ -27,7 +27,8 @@ first dispatch of the burst. So a burst of dispatches runs the last one once.
 ``dispatch()`` returns the new id (the replaced one disappears).
 
 Uniqueness is per queue: the lock lives beside the queue so that checking it and pushing
-are one script on one slot. ``dispatch_many`` pushes unique and debounced jobs one by one.
+are one script on one slot. ``dispatch_many`` does not apply these checks: dispatch
+unique and debounced jobs one by one. A debounced dispatch ignores ``delay()``.
 """
 
 from __future__ import annotations

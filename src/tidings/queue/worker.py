@@ -32,7 +32,13 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tidings import _clock
-from tidings.errors import JobTimeout, MaxAttemptsExceeded, PayloadRejected, SerializationError
+from tidings.errors import (
+    ConfigurationError,
+    JobTimeout,
+    MaxAttemptsExceeded,
+    PayloadRejected,
+    SerializationError,
+)
 from tidings.queue import serializer
 from tidings.queue.backoff import delay_for
 from tidings.queue.broker import Broker, Reserved
@@ -46,6 +52,7 @@ from tidings.queue.events import (
     WorkerStarting,
     WorkerStopping,
 )
+from tidings.queue.health import ServerWatch
 from tidings.queue.job import Job, JobRun, _run, running
 from tidings.queue.payload import JobBody, open_envelope
 from tidings.queue.redis_queue import RedisQueue
@@ -56,6 +63,7 @@ log = logging.getLogger("tidings.worker")
 REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
 EXIT_MEMORY = 12
 EXIT_STUCK = 13
+EXIT_CONFIG = 78  # sysexits EX_CONFIG: e.g. a Redis too old to run on
 MAX_EXCEPTION_TEXT = 8192
 
 
@@ -226,8 +234,13 @@ class Worker:
             retry_after_s=self.host.retry_after_s,
             max_bytes=self.host.max_payload_bytes,
         )
+        if not await self._startup_checks():
+            for c in (self._client, self._blocking):
+                with contextlib.suppress(Exception):
+                    await c.aclose()
+            self._executor.shutdown(wait=False)
+            return self.exit_code
         self.host.emit(WorkerStarting(tuple(self.opts.queues), os.getpid()))
-        await self._check_restart(initial=True)
         acker = asyncio.create_task(self._ack_loop())
         keeper = asyncio.create_task(self._housekeeping())
         fetcher = asyncio.create_task(self._fetch_loop())
@@ -259,6 +272,29 @@ class Worker:
                 with contextlib.suppress(Exception):
                     await c.aclose()
         return self.exit_code
+
+    async def _startup_checks(self) -> bool:
+        """Check the server once (see :mod:`tidings.queue.health`), waiting for Redis to
+        come up; False when the worker must not run (too old a Redis, or stopped)."""
+        assert self._client is not None
+        self.watch = ServerWatch(self._client, self.rq.prefix)
+        delay = 0.05
+        while not self._stopping:
+            try:
+                await self.watch.startup()
+                await self._check_restart(initial=True)
+                return True
+            except ConfigurationError as exc:
+                log.critical("refusing to start: %s", exc)
+                self.exit_code = EXIT_CONFIG
+                return False
+            except REDIS_ERRORS as exc:
+                log.warning(
+                    "redis unavailable at start-up (%s); retrying in %.2fs", _short(exc), delay
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        return False
 
     def _thread_done(self, _fut: asyncio.Future[Any]) -> None:
         self._threads_busy -= 1
@@ -591,6 +627,13 @@ class Worker:
                     lost = await self._ack(queue, ids)
                     if lost:
                         self.reservations_lost += int(lost)
+                        log.warning(
+                            "reservation lost for %d of %d acked jobs on %r: their lease had "
+                            "expired, so they may have run elsewhere too",
+                            int(lost),
+                            len(ids),
+                            queue,
+                        )
 
     async def _ack(self, queue: str, ids: list[str]) -> Any:
         k = self.rq.keys(queue)
@@ -606,6 +649,7 @@ class Worker:
                     next_lease = _clock.monotonic() + lease_every
                     await self._renew_leases()
                 await self._check_restart()
+                await self.watch.tick()
             except REDIS_ERRORS as exc:
                 log.warning("housekeeping: redis unavailable (%s)", _short(exc))
             except ResponseError as exc:  # pragma: no cover - e.g. OOM on a write

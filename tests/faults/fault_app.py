@@ -1,0 +1,114 @@
+"""The App and jobs ``notify-worker -A tests.faults.fault_app:app`` runs in the fault tests.
+
+The App is built on first access of ``app`` from ``TIDINGS_*`` variables (as
+tests/e2e/jobs_app.py). Jobs do their accounting on a *separate* Redis, named by
+``TIDINGS_TEST_ACCOUNT_URL`` (the session's shared redis-server), so the Redis being
+restarted, killed, paused or filled is only the queue's, and a figure like "lost 0"
+measures the queue, not the accounting. Recording keys, under ``<account prefix>:``::
+
+    exec      hash id -> completed runs (``HINCRBY exec <id> 1``, the side effect)
+    started   hash id -> starts (a run cut short counts here, not in ``exec``)
+    start_ms  hash id -> Redis TIME (ms, on the *queue's* Redis) at the last start
+    pid       hash id -> pid of the worker that last started it
+    released  hash id -> Redis TIME (ms, queue's Redis) when it released itself
+
+``TIDINGS_TEST_ACCOUNT_PREFIX`` is that prefix (default: ``TIDINGS_PREFIX``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio
+
+from tidings import App, Job
+
+_app: App | None = None
+_accounts: dict[int, redis.asyncio.Redis] = {}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        global _app
+        if _app is None:
+            _app = App.from_env(
+                allowed_modules=os.environ.get("TIDINGS_ALLOWED_MODULES") or __name__
+            )
+        return _app
+    raise AttributeError(name)
+
+
+def account_prefix() -> str:
+    return os.environ.get("TIDINGS_TEST_ACCOUNT_PREFIX") or App.current().settings.prefix
+
+
+def key(name: str) -> str:
+    return f"{account_prefix()}:{name}"
+
+
+def account() -> redis.asyncio.Redis:
+    """The accounting client of the running loop (the worker has one loop)."""
+    loop_id = id(asyncio.get_running_loop())
+    client = _accounts.get(loop_id)
+    if client is None:
+        url = os.environ.get("TIDINGS_TEST_ACCOUNT_URL") or App.current().settings.redis_url
+        client = _accounts[loop_id] = redis.asyncio.Redis.from_url(url)
+    return client
+
+
+async def _queue_time_ms() -> int:
+    s, us = await App.current().queue_for(None).aclient().time()
+    return int(s) * 1000 + int(us) // 1000
+
+
+@dataclass
+class Record(Job):
+    """The plain side effect: one ``HINCRBY exec <id> 1``."""
+
+    id: str
+    tries = 0  # unlimited: an attempt cut short by a fault is retried, not failed
+
+    async def handle(self) -> None:
+        await account().hincrby(key("exec"), self.id, 1)
+
+
+@dataclass
+class Work(Job):
+    """Marks its start, sleeps ``seconds``, then records its execution."""
+
+    id: str
+    seconds: float
+    tries = 0
+
+    async def handle(self) -> None:
+        pipe = account().pipeline(transaction=False)
+        pipe.hincrby(key("started"), self.id, 1)
+        pipe.hset(key("pid"), self.id, os.getpid())
+        await pipe.execute()
+        await asyncio.sleep(self.seconds)
+        await account().hincrby(key("exec"), self.id, 1)
+
+
+@dataclass
+class Timed(Job):
+    """Records Redis TIME (queue's Redis) at each start; with ``release_once`` the first
+    run releases itself with ``release(1)`` and records when it did."""
+
+    id: str
+    release_once: bool = False
+    tries = 0
+
+    async def handle(self) -> None:
+        now = await _queue_time_ms()
+        a = account()
+        if self.release_once and not await a.hexists(key("released"), self.id):
+            await a.hset(key("released"), self.id, now)
+            self.release(1)
+            return
+        pipe = a.pipeline(transaction=False)
+        pipe.hset(key("start_ms"), self.id, now)
+        pipe.hincrby(key("exec"), self.id, 1)
+        await pipe.execute()
