@@ -80,7 +80,7 @@ class Stamp(Job):
         started = time.time()
         wait, heard = _waits.pop(self.job_id or "", (-1.0, 0.0))
         record = f"{started - self.sent_at:.6f},{wait:.6f},{heard - self.sent_at:.6f}"
-        await app.queue_for(None).aclient().rpush(mark_key("latency"), record)  # type: ignore[misc]
+        await app.queue_for(None).aclient().rpush(mark_key("latency"), record)
 
 
 def _on_starting(event: WorkerStarting) -> None:
@@ -105,11 +105,11 @@ _peers: dict[str, Any] = {}
 
 
 def _build_huey() -> None:
-    from huey import RedisHuey
+    from huey import RedisHuey  # type: ignore[import-untyped]
 
     huey = RedisHuey(f"{app.settings.prefix}-huey", url=app.settings.redis_url)
 
-    @huey.task()
+    @huey.task()  # type: ignore[untyped-decorator]
     def huey_noop(n: int = 0) -> None:
         return None
 
@@ -120,14 +120,16 @@ def _build_dramatiq() -> None:
     import dramatiq
     from dramatiq.brokers.redis import RedisBroker
 
-    broker = RedisBroker(url=app.settings.redis_url, namespace=f"{app.settings.prefix}-dramatiq")
+    broker = RedisBroker(  # type: ignore[no-untyped-call]
+        url=app.settings.redis_url, namespace=f"{app.settings.prefix}-dramatiq"
+    )
     dramatiq.set_broker(broker)
 
     def dramatiq_noop(n: int = 0) -> None:
         return None
 
     _peers.update(
-        dramatiq_broker=broker, dramatiq_noop=dramatiq.actor(dramatiq_noop, broker=broker)
+        dramatiq_broker=broker, dramatiq_noop=dramatiq.actor(broker=broker)(dramatiq_noop)
     )
 
 

@@ -64,6 +64,10 @@ class Ctx:
         delete_prefix(self.client, self.prefix)
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def rate(n: int, seconds: float) -> float:
     return n / seconds if seconds > 0 else float("nan")
 
@@ -79,6 +83,19 @@ def fmt_ratio(ours: float, base: float) -> str:
 def median_of(runs: int, once: Callable[[], float]) -> float:
     """Median of ``runs`` results of ``once()``."""
     return statistics.median(once() for _ in range(runs))
+
+
+def interleaved(runs: int, *cases: Callable[[], float]) -> list[float]:
+    """Median of each case over ``runs`` rounds, the cases taking turns in each round.
+
+    Taking turns spreads a burst of load from elsewhere on a shared machine over every
+    case, so the ratios between them hold up better than the absolute figures.
+    """
+    results: list[list[float]] = [[] for _ in cases]
+    for _ in range(runs):
+        for i, case in enumerate(cases):
+            results[i].append(case())
+    return [statistics.median(r) for r in results]
 
 
 def _app() -> Any:
@@ -133,9 +150,7 @@ def enqueue_one(ctx: Ctx) -> list[Row]:
         return rate(n, time.perf_counter() - t)
 
     tidings_loop()  # warm-up: connection, script cache
-    ours, rpush, evalsha = (
-        median_of(ctx.runs, f) for f in (tidings_loop, rpush_loop, evalsha_loop)
-    )
+    ours, rpush, evalsha = interleaved(ctx.runs, tidings_loop, rpush_loop, evalsha_loop)
     ctx.clean()
     raw.close()
     ctx.notes.append(
@@ -179,7 +194,7 @@ def enqueue_bulk(ctx: Ctx) -> list[Row]:
         return rate(n, time.perf_counter() - t)
 
     tidings_bulk()
-    ours, base = median_of(ctx.runs, tidings_bulk), median_of(ctx.runs, pipeline)
+    ours, base = interleaved(ctx.runs, tidings_bulk, pipeline)
     ctx.clean()
     raw.close()
     return [
@@ -314,10 +329,17 @@ def drain_once(
     failed = int(ctx.client.zcard(k.failed))
     if done != ctx.n or failed:
         raise RuntimeError(f"expected {ctx.n} done, got {done} done and {failed} failed")
+    return steady_rate(ctx), calls / ctx.n, cpu / ctx.n
+
+
+def steady_rate(ctx: Ctx) -> float:
+    """jobs/s acked from the last worker's WorkerStarting to the last ack."""
+    b = _app()
+    k = b.app.queue_for(None).keys("default")
     started = max(float(x) for x in ctx.client.lrange(b.mark_key("started"), 0, -1))
-    last = ctx.client.zrange(k.done, -1, -1, withscores=True)[0][1] / 1000.0
+    last = float(ctx.client.zrange(k.done, -1, -1, withscores=True)[0][1]) / 1000.0
     counted = int(ctx.client.zcount(k.done, int(started * 1000), "+inf"))
-    return rate(counted, last - started), calls / ctx.n, cpu / ctx.n
+    return rate(counted, last - started)
 
 
 @dataclass(slots=True)
@@ -451,6 +473,10 @@ def _pcts(values: list[float]) -> tuple[float, float]:
     return statistics.median(values) * 1000, cuts[98] * 1000
 
 
+def _stamp_push(ctx: Ctx, key: str) -> None:
+    ctx.client.rpush(key, f"{time.time():.6f}")
+
+
 def _blpop_baseline(
     ctx: Ctx, script: str, per_s: float, duration: float, count: int
 ) -> list[float]:
@@ -463,7 +489,7 @@ def _blpop_baseline(
     try:
         _wait_len(ctx, out + ":ready", 1)
         time.sleep(0.2)
-        _paced(per_s, duration, lambda: ctx.client.rpush(key, f"{time.time():.6f}"))
+        _paced(per_s, duration, lambda: _stamp_push(ctx, key))
         _wait_len(ctx, out, count)
     finally:
         if consumer.poll() is None:
@@ -485,7 +511,7 @@ def latency_rows(ctx: Ctx) -> list[Row]:
         _wait_len(ctx, b.mark_key("latency"), count)
     finally:
         stop(worker)
-    records = [r.decode().split(",") for r in ctx.client.lrange(b.mark_key("latency"), 0, -1)]
+    records = [_text(r).split(",") for r in ctx.client.lrange(b.mark_key("latency"), 0, -1)]
     starts = [float(r[0]) for r in records]
     waits = [float(r[1]) for r in records if float(r[1]) >= 0]
     heard = [float(r[2]) for r in records if float(r[1]) >= 0]
@@ -614,8 +640,12 @@ def _short_frame(frame: str) -> str:
     return f"{name} ({path})"
 
 
-def summarize_profile(path: Path, n: int, rate_hz: int) -> list[str]:
-    """Bucket table and top self-time functions of a py-spy ``--format raw`` file."""
+def summarize_profile(path: Path, per_job_us: float) -> list[str]:
+    """Bucket table and top self-time functions of a py-spy ``--format raw`` file.
+
+    Shares come from the samples; microseconds from ``per_job_us``, the measured wall
+    time per job (py-spy drops samples when it cannot keep up, so counts understate time).
+    """
     stacks: list[tuple[list[str], int]] = []
     for line in path.read_text().splitlines():
         frames, _, count = line.rpartition(" ")
@@ -623,7 +653,6 @@ def summarize_profile(path: Path, n: int, rate_hz: int) -> list[str]:
             stacks.append((frames.split(";"), int(count)))
     loop = [(s, c) for s, c in stacks if any("run_forever" in f for f in s)]
     total = sum(c for _, c in loop) or 1
-    per_job_us = total / rate_hz / n * 1e6
     buckets: dict[str, int] = {name: 0 for name, _ in BUCKETS}
     leaves: dict[str, int] = {}
     for s, c in loop:
@@ -633,7 +662,7 @@ def summarize_profile(path: Path, n: int, rate_hz: int) -> list[str]:
                 break
         leaf = _short_frame(s[-1])
         leaves[leaf] = leaves.get(leaf, 0) + c
-    out = [f"  {total / rate_hz:.2f} s in the event loop for {n:,} jobs = {per_job_us:.0f} us/job"]
+    out = [f"  {per_job_us:.0f} us/job of wall time (drain rate under py-spy); {total:,} samples"]
     for name, c in sorted(buckets.items(), key=lambda kv: -kv[1]):
         out.append(f"  {c / total:6.1%}  {c / total * per_job_us:6.1f} us/job  {name}")
     out.append("  top self time:")
@@ -679,8 +708,9 @@ def profile_drain(ctx: Ctx, out_dir: Path, rate_hz: int = 1000) -> list[str]:
             stderr=subprocess.DEVNULL,
             check=True,
         )
-        out.append(f"{label}: py-spy samples in {raw}")
-        out += summarize_profile(raw, ctx.n, rate_hz)
+        jobs_s = steady_rate(ctx)
+        out.append(f"{label}: {jobs_s:,.0f} jobs/s under py-spy; samples in {raw}")
+        out += summarize_profile(raw, 1e6 / jobs_s)
     ctx.clean()
     return out
 
@@ -693,7 +723,7 @@ class Peer:
     """How to push to, drain and count one job queue library."""
 
     name: str
-    enqueue: Callable[[int], None]
+    enqueue: Callable[[int], object]
     """Push job number i, one round trip or more, the library's usual way."""
     worker: list[str]
     pending: Callable[[], int]

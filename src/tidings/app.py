@@ -20,8 +20,10 @@ from tidings.errors import PayloadRejected
 from tidings.events.call_queued import CallQueuedListener
 from tidings.events.dispatcher import Dispatcher, EventKey, ListenerLike, QueuedTarget
 from tidings.events.listener import QueuedFunction, set_current_dispatcher_provider
+from tidings.queue import workflow
 from tidings.queue.events import JobQueued
-from tidings.queue.job import Job, PendingDispatch, option
+from tidings.queue.job import Job, PendingDispatch, current_run, option
+from tidings.queue.middleware import run_through
 from tidings.queue.payload import JobBody
 from tidings.queue.producer import prepare
 from tidings.queue.redis_queue import RedisQueue
@@ -63,6 +65,7 @@ class App:
         self._queues: dict[str | None, RedisQueue] = {}
         self._queues_used: set[str] = {"default"}
         self._allowed = tuple(self.settings.allowed_modules)
+        self._resolved: dict[str, Any] = {}
         self.events = Dispatcher(
             queue_listener=self._queue_listener, queue_listener_async=self._queue_listener_async
         )
@@ -126,6 +129,9 @@ class App:
         Raises:
             PayloadRejected: outside the allowed modules, or not found.
         """
+        cached = self._resolved.get(path)
+        if cached is not None:
+            return cached
         module, _, qualname = path.partition(":")
         if not module or not qualname or not self.is_allowed(module):
             raise PayloadRejected(
@@ -149,6 +155,8 @@ class App:
                 f"unknown job type {path!r}: defined in {obj.__module__!r}, "
                 "outside the allowed modules"
             )
+        # Only successes are cached: the allow-list check above ran once for this path.
+        self._resolved[path] = obj
         return obj
 
     def emit(self, event: object) -> None:
@@ -166,27 +174,20 @@ class App:
 
     async def run_job_pipeline(self, job: Job, call: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``call`` through the job's middleware (outermost first)."""
-        from tidings.queue.job import current_run
-        from tidings.queue.workflow import builtin_layers
-
-        layers = [*builtin_layers(self, current_run()), *self.job_middleware, *job.middleware()]
+        run = current_run()
+        layers = [*workflow.builtin_layers(self, run), *self.job_middleware, *job.middleware()]
         if not layers:
             return await call()
-        from tidings.queue.middleware import run_through
-
         return await run_through(layers, job, call)
 
     async def after_success(self, job: Job, body: JobBody, queue: str) -> None:
         """Before the ack: advance a chain, count a batch job (:mod:`tidings.queue.workflow`)."""
-        from tidings.queue.workflow import on_success
-
-        await on_success(self, job, body, queue)
+        if body["chain"] or body.get("batch"):
+            await workflow.on_success(self, job, body, queue)
 
     async def after_failure(self, job: Job | None, body: JobBody, queue: str) -> None:
         """On a final failure: a chain's catch, a batch's failure count."""
-        from tidings.queue.workflow import on_final_failure
-
-        await on_final_failure(self, job, body, queue)
+        await workflow.on_final_failure(self, job, body, queue)
 
     def worker_tasks(self, worker: Any) -> list[Any]:
         """Coroutines a worker process runs beside its jobs: the scheduler, the heartbeat

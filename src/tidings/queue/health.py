@@ -139,15 +139,24 @@ class ServerWatch:
         return found
 
     async def _mark(self) -> bool:
-        """Create the marker if missing; True when it had to be created."""
+        """Create the marker if missing; True when it had to be created. A server that
+        refuses the write (out of memory, a read-only replica) leaves the watch unarmed
+        until a later tick manages it."""
         token = secrets.token_hex(8).encode()
-        created = bool(await self.client.set(self.key, token, nx=True))
+        try:
+            created = bool(await self.client.set(self.key, token, nx=True))
+        except ResponseError as exc:
+            log.debug("could not set %s (%s): data-reset watch not armed yet", self.key, exc)
+            return False
         self.epoch = token if created else await self.client.get(self.key)
         return created
 
     async def tick(self) -> bool:
         """One ``GET``: True (and a WARNING) when the data was reset since the last tick."""
         current = await self.client.get(self.key)
+        if self.epoch is None:  # not armed yet
+            await self._mark()
+            return False
         if current is not None and current == self.epoch:
             return False
         await self._mark()

@@ -35,6 +35,7 @@ class JobRun:
     uncount: bool = False
 
 
+_ASYNC_HANDLE: dict[type, bool] = {}
 _run: contextvars.ContextVar[JobRun | None] = contextvars.ContextVar(
     "tidings_job_run", default=None
 )
@@ -124,7 +125,11 @@ class Job:
 
     def runs_async(self) -> bool:
         """Whether ``handle`` is a coroutine function (awaited on the loop, not a thread)."""
-        return inspect.iscoroutinefunction(self.handle)
+        cls = type(self)
+        known = _ASYNC_HANDLE.get(cls)
+        if known is None:
+            known = _ASYNC_HANDLE[cls] = inspect.iscoroutinefunction(self.handle)
+        return known
 
     # -- inside handle() -------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tidings import _clock
@@ -61,6 +61,17 @@ from tidings.queue.signing import Signer
 log = logging.getLogger("tidings.worker")
 
 REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+# Replies that mean "not now" rather than "never": out of memory, a replica that was the
+# primary a moment ago, a failover or cluster resharding in progress, a busy script.
+_TRANSIENT_REPLIES = ("MASTERDOWN", "NOREPLICAS", "TRYAGAIN", "CLUSTERDOWN", "BUSY ")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a Redis error is worth retrying (connection trouble or a transient reply)."""
+    if isinstance(exc, (*REDIS_ERRORS, OutOfMemoryError, ReadOnlyError)):
+        return True
+    return isinstance(exc, ResponseError) and str(exc).startswith(_TRANSIENT_REPLIES)
+
 EXIT_MEMORY = 12
 EXIT_STUCK = 13
 EXIT_CONFIG = 78  # sysexits EX_CONFIG: e.g. a Redis too old to run on
@@ -288,7 +299,9 @@ class Worker:
                 log.critical("refusing to start: %s", exc)
                 self.exit_code = EXIT_CONFIG
                 return False
-            except REDIS_ERRORS as exc:
+            except (*REDIS_ERRORS, ResponseError) as exc:
+                if not is_transient(exc):
+                    raise
                 log.warning(
                     "redis unavailable at start-up (%s); retrying in %.2fs", _short(exc), delay
                 )
@@ -332,7 +345,9 @@ class Worker:
             try:
                 got, wait = await self._pop_all(free)
                 backoff = 0.05
-            except REDIS_ERRORS as exc:
+            except (*REDIS_ERRORS, ResponseError) as exc:
+                if not is_transient(exc):
+                    raise
                 log.warning("redis unavailable (%s); retrying in %.2fs", _short(exc), backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
@@ -605,7 +620,9 @@ class Worker:
         while True:
             try:
                 return await op()
-            except REDIS_ERRORS as exc:
+            except (*REDIS_ERRORS, ResponseError) as exc:
+                if not is_transient(exc):
+                    raise
                 if _clock.monotonic() > deadline:
                     log.error("giving up on a Redis move after %ss: %s", limit_s, _short(exc))
                     return None
