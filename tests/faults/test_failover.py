@@ -150,7 +150,7 @@ def test_f11_sentinel_failover_workers_follow_the_new_primary(
     spawn_proc: Callable[..., Proc],
 ) -> None:
     primary = redis_server_factory(appendonly=True, appendfsync="always")
-    replica, r = _replica(redis_server_factory, primary)
+    _, r = _replica(redis_server_factory, primary)
     port = _sentinel(tmp_path, primary, spawn_proc)
     rig = make_rig(f"redis+sentinel://127.0.0.1:{port}/{SERVICE}/0")
     with Sampler(rig) as sampler, Producer(rig) as producer:
@@ -163,8 +163,9 @@ def test_f11_sentinel_failover_workers_follow_the_new_primary(
             lambda: r.info("replication")["role"] == "master", 20, 0.05, message="promotion"
         )
         t_promoted = time.monotonic()
-        wait_for(lambda: rig.executed() >= 200 + 100, 20, 0.05, message="progress after")
-        time.sleep(1.0)
+        at_promotion = rig.executed()
+        wait_for(lambda: rig.executed() >= at_promotion + 20, 20, 0.05, message="progress")
+        time.sleep(0.5)
     figure(f"F11 sentinel: replica promoted {t_promoted - t_kill:.2f}s after SIGKILL of primary")
     _figures(rig, producer, sampler, t_promoted, "F11 sentinel failover")
     assert "Redis data reset" not in rig.logs()  # the replica had the data
@@ -179,12 +180,10 @@ def test_f11_manual_promotion_and_re_point(
     replica, r = _replica(redis_server_factory, primary)
     proxy = fault_proxy_factory(primary.host, primary.port)  # "the address workers use"
     rig = make_rig(proxy.url())
-    t0 = time.monotonic()
     with Sampler(rig) as sampler, Producer(rig) as producer:
         for i in range(WORKERS):
             rig.worker("--concurrency", str(CONCURRENCY), name=f"w{i}")
         wait_for(lambda: rig.executed() >= 200, 30, 0.05, message="200 executed")
-        print("T executed200", time.monotonic()-t0)
         primary.kill()
         time.sleep(0.5)
         r.execute_command("REPLICAOF", "NO", "ONE")
@@ -192,8 +191,7 @@ def test_f11_manual_promotion_and_re_point(
         proxy.mode = "reset"  # drop connections still half-open towards the old primary
         proxy.mode = "pass"
         t_promoted = time.monotonic()
-        wait_for(lambda: rig.executed() >= 200 + 100, 20, 0.05, message="progress after")
-        print("T +100", time.monotonic()-t0)
-        time.sleep(1.0)
-    print("T exit", time.monotonic()-t0)
+        at_promotion = rig.executed()
+        wait_for(lambda: rig.executed() >= at_promotion + 20, 20, 0.05, message="progress")
+        time.sleep(0.5)
     _figures(rig, producer, sampler, t_promoted, "F11 manual REPLICAOF NO ONE + re-point")

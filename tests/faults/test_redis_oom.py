@@ -96,7 +96,8 @@ def test_f12_noeviction_dispatch_raises_and_the_full_queue_drains(
     lost, extra = rig.figures(accepted)
     ran_refused = [n for n, _ in refused if rig.count("exec", n)]
     figure(
-        f"F12 noeviction 3mb, Redis {version}: {len(accepted)} dispatches accepted in {fill_s:.2f}s, then "
+        f"F12 noeviction 3mb, Redis {version}: {len(accepted)} dispatches accepted in "
+        f"{fill_s:.2f}s, then "
         f"{len(refused)} refused with QueueUnavailable; workers drained the full queue in "
         f"{drain_s:.2f}s: lost {lost}, extra {extra}, refused-but-run {len(ran_refused)}"
     )

@@ -23,6 +23,7 @@ without ``CONFIG`` or ``INFO``, a managed Redis that renames them).
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,10 +47,10 @@ def parse_version(text: str) -> tuple[int, ...]:
     """``"7.0.15"`` -> ``(7, 0, 15)`` (non-numeric parts end the tuple)."""
     parts: list[int] = []
     for piece in text.split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
+        match = re.match(r"\d+", piece)
+        if match is None:
             break
-        parts.append(int(digits))
+        parts.append(int(match.group()))
     return tuple(parts)
 
 

@@ -146,6 +146,17 @@ def _rss_mb() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _reraise_cancel() -> None:
+    """Re-raise a cancellation that a library turned into another error.
+
+    redis-py's asyncio client may answer a cancellation in the middle of a command with
+    a ConnectionError; a loop that retries those would swallow the cancel and never end.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 @dataclass(slots=True)
 class _Running:
     reserved: Reserved
@@ -621,6 +632,7 @@ class Worker:
             try:
                 return await op()
             except (*REDIS_ERRORS, ResponseError) as exc:
+                _reraise_cancel()
                 if not is_transient(exc):
                     raise
                 if _clock.monotonic() > deadline:
@@ -671,6 +683,7 @@ class Worker:
                 log.warning("housekeeping: redis unavailable (%s)", _short(exc))
             except ResponseError as exc:  # pragma: no cover - e.g. OOM on a write
                 log.warning("housekeeping: %s", exc)
+            _reraise_cancel()
             if self.opts.memory_mb and _rss_mb() > self.opts.memory_mb:
                 self.stop(f"memory above {self.opts.memory_mb} MB", EXIT_MEMORY)
             if self.opts.max_time_s and _clock.monotonic() - self._started > self.opts.max_time_s:
