@@ -21,6 +21,7 @@ shortened L7 through it). Exit status 1 when anything was lost.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
@@ -29,7 +30,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,10 +126,8 @@ class Redis:
     def stop(self) -> None:
         if self.proc is None:
             return
-        try:
+        with contextlib.suppress(redis.RedisError):
             redis.Redis(port=self.port).shutdown(nosave=True)
-        except redis.RedisError:
-            pass
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
@@ -218,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     exec_key = f"{prefix}:soak:exec"
     workers = Workers(env, workdir, args.concurrency)
     dispatched = 0
-    mem_before = int(r.info("memory")["used_memory"])
+    mem_before = int(r.info("memory")["used_memory_dataset"])
     rss_warm: dict[int, float] = {}
     try:
         t0 = time.monotonic()
@@ -286,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
             "failed": r.zcard(k.failed),
         }
         r.delete(exec_key, k.done)
-        mem_after = int(r.info("memory")["used_memory"])
+        mem_after = int(r.info("memory")["used_memory_dataset"])
+        keys_left = sorted(k.decode() for k in r.scan_iter(count=1000))
         growth = [
             (rss_end[pid] or 0.0) / warm - 1 for pid, warm in rss_warm.items()
             if warm and rss_end.get(pid)
@@ -301,8 +300,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"worker RSS  growth after warm-up: max {max(growth) * 100:+.1f}% "
                   f"(median {sorted(growth)[len(growth) // 2] * 100:+.1f}%, "
                   f"{len(growth)} workers that lived through the run)")
-        print(f"redis mem   {mem_before / 1e6:.2f} MB before, {mem_after / 1e6:.2f} MB after "
-              "the drain (accounting deleted)")
+        print(f"redis data  {mem_before / 1e6:.2f} MB before, {mem_after / 1e6:.2f} MB after "
+              f"the drain (accounting deleted); keys left: {keys_left}")
         return 1 if lost else 0
     finally:
         workers.stop_all()

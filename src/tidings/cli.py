@@ -13,6 +13,7 @@ import importlib
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 import click
@@ -40,8 +41,16 @@ def load_app(spec: str | None) -> App:
     return app
 
 
+_stamp_cache: tuple[int, str] = (-1, "")
+
+
 def _stamp() -> str:
-    return dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    """Local time to the second, formatted once per second (it is on every job's path)."""
+    global _stamp_cache
+    now = int(time.time())
+    if _stamp_cache[0] != now:
+        _stamp_cache = (now, dt.datetime.fromtimestamp(now).strftime("%Y-%m-%d %H:%M:%S"))
+    return _stamp_cache[1]
 
 
 def install_output(app: App, *, json_logs: bool) -> None:

@@ -85,3 +85,53 @@ def test_f10_partition_longer_than_the_lease_redelivers_and_counts_the_loss(
     assert a.alive() and b.alive()
     a.terminate()
     assert exited(a, 10) == 0
+
+
+def test_f9_connection_reset_while_a_job_runs_the_ack_goes_through(
+    redis_server: RedisServer,
+    make_rig: Callable[..., Rig],
+    fault_proxy_factory: Callable[[str, int], FaultProxy],
+) -> None:
+    """Every connection of the worker is reset (RST) while its job runs: the ack, sent on
+    a fresh connection, lands; the job is not run again and nothing stays reserved."""
+    proxy = fault_proxy_factory(redis_server.host, redis_server.port)
+    rig = make_rig(proxy.url())
+    direct = make_rig(redis_server.url)
+    w = rig.worker(name="reset")
+    Work("rst", 1.0).dispatch()
+    wait_for(lambda: rig.count("started", "rst") == 1, 15, 0.02, message="started")
+    proxy.mode = "reset"
+    t0 = time.monotonic()
+    time.sleep(0.2)
+    proxy.mode = "pass"
+    wait_for(direct.drained, 10, 0.02, message="acked")
+    took = time.monotonic() - t0
+    Work("after", 0).dispatch()
+    rig.wait_executed(["after"], 10)
+    time.sleep(RETRY_AFTER + 1)  # a lost ack would show up as a second run by now
+    figure(
+        f"F9 proxy reset mid-job: acked {took:.2f}s after the reset, executions "
+        f"{rig.count('exec', 'rst')}, {proxy.connections_reset} connections reset"
+    )
+    assert rig.count("exec", "rst") == 1 and rig.count("started", "rst") == 1
+    assert took <= 2.0 + 1.0
+    assert w.alive() and "reservation lost" not in w.output()
+
+
+def test_f13_a_job_longer_than_the_lease_runs_once_while_its_worker_lives(
+    redis_server: RedisServer, make_rig: Callable[..., Rig]
+) -> None:
+    """The worker renews its leases every third of retry_after (3 s), so an 8 s job is
+    never handed to the second worker."""
+    rig = make_rig(redis_server.url)
+    a, b = rig.worker(name="a"), rig.worker(name="b")
+    Work("long", 8.0).dispatch()
+    rig.wait_executed(["long"], 20)
+    wait_for(rig.drained, 5, message="drained")
+    figure(
+        f"F13 8 s job, lease {RETRY_AFTER:g}s, 2 workers: starts {rig.count('started', 'long')}, "
+        f"executions {rig.count('exec', 'long')}"
+    )
+    assert rig.count("started", "long") == 1 and rig.count("exec", "long") == 1
+    assert "reservation lost" not in rig.logs()
+    assert a.alive() and b.alive()

@@ -198,7 +198,7 @@ def old_redis() -> Iterator[OldRedis]:
 
 
 def test_redis_older_than_6_2_is_refused(old_redis: OldRedis, prefix: str) -> None:
-    with pytest.raises(ConfigurationError, match="6.0.9 is too old"):
+    with pytest.raises(ConfigurationError, match=r"6\.0\.9 is too old"):
         _startup(f"redis://127.0.0.1:{old_redis.port}/0", prefix)
 
 

@@ -59,7 +59,7 @@ def test_rediss_url_without_the_ca_is_refused(
     server, _ = tls_server
     app = App(env=False, redis_url=server.url, key="k" * 32, prefix=prefix)
     try:
-        with pytest.raises(QueueUnavailable, match="(?i)certificate"):
+        with pytest.raises(QueueUnavailable, match=r"(?i)certificate"):
             Record("nope").dispatch()
     finally:
         app.close()
