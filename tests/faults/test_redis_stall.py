@@ -82,6 +82,7 @@ def test_f10_partition_longer_than_the_lease_redelivers_and_counts_the_loss(
         f"{a.output().count('reservation lost')} 'reservation lost' line(s)"
     )
     assert runs == 2
+    assert a.output().count("reservation lost") == 1  # one affected job, counted once
     assert a.alive() and b.alive()
     a.terminate()
     assert exited(a, 10) == 0

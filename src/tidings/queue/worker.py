@@ -175,6 +175,7 @@ class Worker:
         self.exit_code = 0
         self.processed = 0
         self.reservations_lost = 0
+        self._lost: set[str] = set()  # running jobs whose lease loss was reported
         self._running: dict[str, _Running] = {}
         self._acks: dict[str, list[str]] = {}
         self._ack_event = asyncio.Event()
@@ -653,13 +654,17 @@ class Worker:
             while self._acks:
                 batch, self._acks = self._acks, {}
                 for queue, ids in batch.items():
-                    lost = await self._ack(queue, ids)
+                    lost = int(await self._ack(queue, ids) or 0)
+                    # Jobs whose loss a lease renewal already reported count once.
+                    known = sum(1 for i in ids if i in self._lost)
+                    self._lost.difference_update(ids)
+                    lost = max(0, lost - known)
                     if lost:
-                        self.reservations_lost += int(lost)
+                        self.reservations_lost += lost
                         log.warning(
                             "reservation lost for %d of %d acked jobs on %r: their lease had "
                             "expired, so they may have run elsewhere too",
-                            int(lost),
+                            lost,
                             len(ids),
                             queue,
                         )
@@ -695,7 +700,12 @@ class Worker:
             by_queue.setdefault(entry.reserved.queue, []).append(job_id)
         for queue, ids in by_queue.items():
             lost = await self.broker.extend(self.rq.keys(queue), ids)
+            if len(self._lost) > 10_000:  # ids of lost jobs later released, not acked
+                self._lost.clear()
             for job_id in lost:
+                if job_id in self._lost:
+                    continue  # reported at an earlier renewal
+                self._lost.add(job_id)
                 self.reservations_lost += 1
                 log.warning("reservation lost for %s: it may run elsewhere too", job_id)
                 self.host.emit(ReservationLost(job_id, queue))
