@@ -42,6 +42,7 @@ HEARTBEAT_ENV = "TIDINGS_HEARTBEAT_FILE"
 PLANNED_EXITS = (0, 12, 13)
 MAX_BACKOFF_S = 10.0
 KILL_MARGIN_S = 5.0
+EXIT_CONFIG = 78  # the worker refused to start (sysexits EX_CONFIG): do not restart it
 
 
 def _child_argv(argv: list[str]) -> list[str]:
@@ -86,6 +87,7 @@ class Supervisor:
     """
 
     def __init__(self, n: int, argv: list[str], *, grace_s: float = 30.0, timeout_s: float = 60.0):
+        self.exit_code = 0
         self.cmd = _child_argv(argv)
         self.grace_s = grace_s
         self.stale_s = timeout_s + 10.0 if timeout_s > 0 else 0.0
@@ -160,7 +162,8 @@ class Supervisor:
         child.restart_at = now + delay
 
     def run(self) -> int:
-        """Supervise until SIGTERM/SIGINT and every child is gone; returns 0."""
+        """Supervise until SIGTERM/SIGINT and every child is gone; returns 0 (78 when a
+        worker refused to start for its configuration)."""
         signal.signal(signal.SIGTERM, self._on_stop_signal)
         signal.signal(signal.SIGINT, self._on_stop_signal)
         signal.signal(signal.SIGUSR2, self._on_forward)
@@ -184,10 +187,16 @@ class Supervisor:
                         self._watch(child, now)
                     elif self.stopping:
                         child.proc = None
+                    elif code == EXIT_CONFIG:
+                        # Bad configuration (e.g. Redis too old): restarting cannot help.
+                        _log(f"worker {child.proc.pid} refused to start (exit {code}); stopping")
+                        child.proc = None
+                        self.exit_code = EXIT_CONFIG
+                        self._on_stop_signal(signal.SIGTERM, None)
                     else:
                         self._reap(child, code, now)
                 if self.stopping and alive == 0:
-                    return 0
+                    return self.exit_code
                 time.sleep(0.1)
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -212,3 +212,14 @@ def test_worker_on_redis_older_than_6_2_exits_78(
     assert code == EXIT_CONFIG
     assert "refusing to start: Redis 6.0.9 is too old" in w.output()
     assert not any(c.upper().startswith(("EVAL", "BLPOP")) for c in old_redis.commands)
+
+
+def test_supervisor_stops_when_a_worker_refuses_its_configuration(
+    old_redis: OldRedis, make_rig: Callable[..., Rig]
+) -> None:
+    """Exit 78 means "restarting cannot help": the supervisor stops and passes it on."""
+    rig = make_rig(f"redis://127.0.0.1:{old_redis.port}/0")
+    sup = rig.worker("--processes", "2", name="supervised-old")
+    code = exited(sup, 30)
+    assert code == EXIT_CONFIG
+    assert "refused to start (exit 78); stopping" in sup.output()
