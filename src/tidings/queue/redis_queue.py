@@ -22,6 +22,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from tidings.errors import QueueUnavailable
 from tidings.queue import scripts
 from tidings.queue.connection import async_client, sync_client
+from tidings.queue.fastlane import FastLane
 from tidings.queue.keys import QueueKeys, queue_pattern, restart_key
 
 _UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
@@ -83,6 +84,19 @@ async def _aguard(what: str) -> Any:
         raise translated from exc
 
 
+class _Plain:
+    """The ordinary client path, with the FastLane's interface (Redis Cluster)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def call(self, script: scripts.LuaScript, keys: list[str], args: list[scripts.Arg]) -> Any:
+        return script.call(self.client, keys, args)
+
+    def close(self) -> None:
+        pass
+
+
 class RedisQueue:
     """The queues behind one Redis URL and key prefix."""
 
@@ -91,6 +105,7 @@ class RedisQueue:
         self.prefix = prefix
         self._keys: dict[str, QueueKeys] = {}
         self._sync: redis.Redis | None = None
+        self._fast: Any = None
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis]
         self._async = weakref.WeakKeyDictionary()
 
@@ -118,6 +133,9 @@ class RedisQueue:
 
     def close(self) -> None:
         """Close the sync client's connections."""
+        if self._fast is not None:
+            self._fast.close()
+            self._fast = None
         if self._sync is not None:
             self._sync.close()
             self._sync = None
@@ -138,12 +156,25 @@ class RedisQueue:
             QueueUnavailable: Redis could not be reached; nothing was written.
         """
         k = self.keys(queue)
+        lane = self._lane()
         with _guard(f"push to {queue!r}"):
             if delay_s > 0:
                 args = [int(delay_s * 1000), *self._push_args(items)]
-                scripts.LATER.call(self.client, [k.delayed, k.notify, k.jobs], args)
+                lane.call(scripts.LATER, [k.delayed, k.notify, k.jobs], args)
             else:
-                scripts.PUSH.call(self.client, [k.ready, k.notify, k.jobs], self._push_args(items))
+                lane.call(scripts.PUSH, [k.ready, k.notify, k.jobs], self._push_args(items))
+
+    def _lane(self) -> Any:
+        """The fast lane for script calls (the ordinary client for Redis Cluster)."""
+        if self._fast is None:
+            client = self.client
+            pool = getattr(client, "connection_pool", None)
+            # Plain pools only: a Sentinel pool resolves the primary per connection.
+            if type(pool) in (redis.ConnectionPool, redis.BlockingConnectionPool):
+                self._fast = FastLane(client)
+            else:
+                self._fast = _Plain(client)
+        return self._fast
 
     async def push_async(
         self, queue: str, items: Sequence[tuple[str, bytes]], delay_s: float = 0.0
