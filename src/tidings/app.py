@@ -28,6 +28,7 @@ from tidings.queue.payload import JobBody
 from tidings.queue.producer import prepare
 from tidings.queue.redis_queue import RedisQueue
 from tidings.queue.signing import Signer, parse_keys
+from tidings.queue.unique import guard_for, push_guarded, push_guarded_async
 
 log = logging.getLogger("tidings.app")
 
@@ -254,8 +255,6 @@ class App:
 
     def push_pending(self, pending: PendingDispatch) -> str | None:
         """Push a job with its dispatch options; returns its id (None: a unique duplicate)."""
-        from tidings.queue.unique import guard_for, push_guarded
-
         guard = guard_for(pending.job)
         if guard is not None:
             return push_guarded(self, pending, guard)
@@ -266,8 +265,6 @@ class App:
 
     async def push_pending_async(self, pending: PendingDispatch) -> str | None:
         """Async twin of :meth:`push_pending`."""
-        from tidings.queue.unique import guard_for, push_guarded_async
-
         guard = guard_for(pending.job)
         if guard is not None:
             return await push_guarded_async(self, pending, guard)

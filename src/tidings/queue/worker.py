@@ -54,6 +54,7 @@ from tidings.queue.events import (
 )
 from tidings.queue.health import ServerWatch
 from tidings.queue.job import Job, JobRun, _run, running
+from tidings.queue.keys import restart_key
 from tidings.queue.payload import JobBody, open_envelope
 from tidings.queue.redis_queue import RedisQueue
 from tidings.queue.signing import Signer
@@ -71,6 +72,7 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, (*REDIS_ERRORS, OutOfMemoryError, ReadOnlyError)):
         return True
     return isinstance(exc, ResponseError) and str(exc).startswith(_TRANSIENT_REPLIES)
+
 
 EXIT_MEMORY = 12
 EXIT_STUCK = 13
@@ -712,8 +714,6 @@ class Worker:
 
     async def _check_restart(self, *, initial: bool = False) -> None:
         assert self._client is not None
-        from tidings.queue.keys import restart_key
-
         raw = await self._client.get(restart_key(self.rq.prefix))
         value = float(raw) if raw else 0.0
         if initial:
