@@ -16,10 +16,15 @@ from Redis and not from parsing worker output:
   left out otherwise: it would cost every drained job.
 
 Peers (optional; only when installed) are built on first access of their names, so this
-module never needs them: ``huey_app``/``huey_noop`` (``huey_consumer
-benchmarks.bench_app.huey_app``), ``dramatiq_broker``/``dramatiq_noop`` (``dramatiq
-benchmarks.bench_app:dramatiq_broker``), and :func:`rq_noop` for rq, which needs nothing.
-They connect to ``TIDINGS_REDIS_URL`` too.
+module never needs them: ``huey_app``/``huey_noop``/``huey_stamp`` (``huey_consumer
+benchmarks.bench_app.huey_app``), ``dramatiq_broker``/``dramatiq_noop``/``dramatiq_stamp``
+(``dramatiq benchmarks.bench_app:dramatiq_broker``), ``saq_queue``/``saq_settings`` (``saq
+benchmarks.bench_app.saq_settings``), ``taskiq_broker``/``taskiq_noop``/``taskiq_stamp``
+(``taskiq worker benchmarks.bench_app:taskiq_broker``); rq, :func:`saq_noop` and
+:func:`saq_stamp` need no import of their library. They connect to ``TIDINGS_REDIS_URL``
+too, under names of their own (``<prefix>-huey``, ``saq:<prefix>-saq:...``...), never
+under ``<prefix>:``. Each peer's ``*_stamp`` job appends ``time.time() - sent_at`` to
+``mark_key("latency")`` when it starts, as :class:`Stamp` does for tidings.
 
 ``python -m benchmarks.bench_app [--concurrency N]`` runs a bare
 :class:`~tidings.queue.worker.Worker` until the queue is empty, without notify-worker's
@@ -101,6 +106,46 @@ def rq_noop(n: int = 0) -> None:
     return None
 
 
+_peer_clients: dict[str, Any] = {}
+
+
+def _peer_record(sent_at: float) -> None:
+    """A peer's stamp job starting: append its enqueue->start seconds (sync client)."""
+    started = time.time()
+    client = _peer_clients.get("sync")
+    if client is None:
+        import redis
+
+        client = _peer_clients["sync"] = redis.Redis.from_url(app.settings.redis_url)
+    client.rpush(mark_key("latency"), f"{started - sent_at:.6f}")
+
+
+async def _peer_arecord(sent_at: float) -> None:
+    """The same from an asyncio peer (one event loop per worker process)."""
+    started = time.time()
+    client = _peer_clients.get("async")
+    if client is None:
+        import redis.asyncio
+
+        client = _peer_clients["async"] = redis.asyncio.Redis.from_url(app.settings.redis_url)
+    await client.rpush(mark_key("latency"), f"{started - sent_at:.6f}")
+
+
+def rq_stamp(sent_at: float = 0.0) -> None:
+    """rq's latency job."""
+    _peer_record(sent_at)
+
+
+async def saq_noop(ctx: Any, *, n: int = 0) -> None:
+    """The no-op for saq (registered by name in ``saq_settings``)."""
+    return None
+
+
+async def saq_stamp(ctx: Any, *, sent_at: float = 0.0) -> None:
+    """saq's latency job."""
+    await _peer_arecord(sent_at)
+
+
 _peers: dict[str, Any] = {}
 
 
@@ -113,7 +158,11 @@ def _build_huey() -> None:
     def huey_noop(n: int = 0) -> None:
         return None
 
-    _peers.update(huey_app=huey, huey_noop=huey_noop)
+    @huey.task()  # type: ignore[untyped-decorator]
+    def huey_stamp(sent_at: float = 0.0) -> None:
+        _peer_record(sent_at)
+
+    _peers.update(huey_app=huey, huey_noop=huey_noop, huey_stamp=huey_stamp)
 
 
 def _build_dramatiq() -> None:
@@ -128,16 +177,54 @@ def _build_dramatiq() -> None:
     def dramatiq_noop(n: int = 0) -> None:
         return None
 
+    def dramatiq_stamp(sent_at: float = 0.0) -> None:
+        _peer_record(sent_at)
+
     _peers.update(
-        dramatiq_broker=broker, dramatiq_noop=dramatiq.actor(broker=broker)(dramatiq_noop)
+        dramatiq_broker=broker,
+        dramatiq_noop=dramatiq.actor(broker=broker)(dramatiq_noop),
+        dramatiq_stamp=dramatiq.actor(broker=broker)(dramatiq_stamp),
     )
+
+
+def _build_saq() -> None:
+    from saq import Queue
+
+    queue = Queue.from_url(app.settings.redis_url, name=f"{app.settings.prefix}-saq")
+    # saq's Worker(**settings): only what it cannot default (concurrency stays 10).
+    functions: list[Any] = [saq_noop, saq_stamp]
+    _peers.update(saq_queue=queue, saq_settings={"queue": queue, "functions": functions})
+
+
+def _build_taskiq() -> None:
+    from taskiq_redis import RedisStreamBroker
+
+    # The broker taskiq-redis's README leads with (acks; ListQueueBroker has none).
+    broker = RedisStreamBroker(
+        url=app.settings.redis_url, queue_name=f"{app.settings.prefix}-taskiq"
+    )
+
+    @broker.task
+    async def taskiq_noop(n: int = 0) -> None:
+        return None
+
+    @broker.task
+    async def taskiq_stamp(sent_at: float = 0.0) -> None:
+        await _peer_arecord(sent_at)
+
+    _peers.update(taskiq_broker=broker, taskiq_noop=taskiq_noop, taskiq_stamp=taskiq_stamp)
 
 
 def __getattr__(name: str) -> Any:
     """Build a peer's app on first use (PEP 562), so the peers stay optional."""
-    builders = {"huey": _build_huey, "dramatiq": _build_dramatiq}
+    builders = {
+        "huey": _build_huey,
+        "dramatiq": _build_dramatiq,
+        "saq": _build_saq,
+        "taskiq": _build_taskiq,
+    }
     peer = name.partition("_")[0]
-    if peer in builders and name.startswith(("huey_", "dramatiq_")):
+    if peer in builders and name.startswith(tuple(f"{p}_" for p in builders)):
         if name not in _peers:
             builders[peer]()
         if name in _peers:

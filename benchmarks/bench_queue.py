@@ -530,7 +530,7 @@ def latency_rows(ctx: Ctx) -> list[Row]:
             f"{p50:.2f} / {p99:.2f} ms",
             f"redis-py RPUSH->BLPOP {b50:.2f} / {b99:.2f} ms",
             f"{p99 / b99:.2f}x p99",
-            "p99 <= huey 1.0 ms",
+            "p99 <= best peer (peer rows)",
         ),
         Row("", "", f"redis.asyncio BLPOP {a50:.2f} / {a99:.2f} ms", f"{p99 / a99:.2f}x p99"),
     ]
@@ -718,178 +718,14 @@ def profile_drain(ctx: Ctx, out_dir: Path, rate_hz: int = 1000) -> list[str]:
 # -- peers -----------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Peer:
-    """How to push to, drain and count one job queue library."""
+def __getattr__(name: str) -> Any:
+    """``peer_rows`` moved to :mod:`benchmarks.peers`, re-exported here.
 
-    name: str
-    enqueue: Callable[[int], object]
-    """Push job number i, one round trip or more, the library's usual way."""
-    worker: list[str]
-    pending: Callable[[], int]
-    """Jobs not yet finished (or not yet taken, where that is all the library tells)."""
-    setting: str
-    drain_n: int | None = None
+    Lazily (PEP 562): ``benchmarks.peers`` imports this module, so an eager
+    ``from benchmarks.peers import peer_rows`` would be a circular import.
+    """
+    if name == "peer_rows":
+        from benchmarks.peers import peer_rows
 
-
-def _peers(ctx: Ctx) -> tuple[list[Peer], list[str]]:
-    """The installed peers, and a note for each one that is not."""
-    b = _app()
-    bin_dir = Path(sys.executable).parent
-    peers: list[Peer] = []
-    missing: list[str] = []
-    k = b.app.queue_for(None).keys("default")
-    peers.append(
-        Peer(
-            "tidings",
-            lambda i: b.NoOpJob(i).dispatch(),
-            notify_worker_argv(),
-            lambda: int(ctx.client.hlen(k.jobs)),
-            "notify-worker, defaults (--concurrency 16)",
-        )
-    )
-    try:
-        huey, noop = b.huey_app, b.huey_noop
-        peers.append(
-            Peer(
-                "huey",
-                lambda i: noop(i),
-                [str(bin_dir / "huey_consumer"), "benchmarks.bench_app.huey_app"],
-                lambda: int(huey.pending_count()),
-                "huey_consumer, defaults (1 thread worker)",
-            )
-        )
-    except ImportError:
-        missing.append("huey")
-    try:
-        broker, actor = b.dramatiq_broker, b.dramatiq_noop
-        msgs = f"{broker.namespace}:{actor.queue_name}.msgs"
-        peers.append(
-            Peer(
-                "dramatiq",
-                lambda i: actor.send(i),
-                [
-                    str(bin_dir / "dramatiq"),
-                    "benchmarks.bench_app:dramatiq_broker",
-                    "--processes",
-                    "1",
-                ],
-                lambda: int(ctx.client.hlen(msgs)),
-                "dramatiq, 1 process x 8 threads (default threads)",
-            )
-        )
-    except ImportError:
-        missing.append("dramatiq")
-    try:
-        import rq
-
-        queue = rq.Queue(f"{ctx.prefix}-rq", connection=redis.Redis.from_url(ctx.url))
-        started = rq.registry.StartedJobRegistry(queue=queue)
-        peers.append(
-            Peer(
-                "rq",
-                lambda i: queue.enqueue(b.rq_noop, i),
-                [
-                    str(bin_dir / "rq"),
-                    "worker",
-                    "--url",
-                    ctx.url,
-                    "-w",
-                    "rq.worker.SimpleWorker",
-                    queue.name,
-                ],
-                lambda: int(queue.count) + int(started.count),
-                "rq SimpleWorker (no fork per job; the default forks)",
-                drain_n=min(ctx.n, 2_000),
-            )
-        )
-    except ImportError:
-        missing.append("rq")
-    return peers, missing
-
-
-def _reset_peer_keys(ctx: Ctx) -> None:
-    # Peers keep keys outside our prefix (rq has no prefix at all): peers only run on the
-    # private server run.py started, so emptying its database is safe.
-    ctx.client.flushdb()
-
-
-def _poll_drain(pending: Callable[[], int], n: int, proc: subprocess.Popen[bytes]) -> float:
-    """jobs/s from the first job taken to the last, by polling the peer's own count."""
-    first: tuple[float, int] | None = None
-    deadline = time.monotonic() + WORKER_TIMEOUT_S
-    while True:
-        left = pending()
-        now = time.perf_counter()
-        if first is None and left < n:
-            first = (now, left)
-        if left <= 0 and first is not None:
-            return rate(first[1], now - first[0]) if now > first[0] else float("nan")
-        if proc.poll() is not None:
-            raise RuntimeError(f"worker exited with {proc.returncode}: {stderr_tail(proc)}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{left} jobs left after {WORKER_TIMEOUT_S:.0f}s")
-        time.sleep(0.002)
-
-
-def peer_rows(ctx: Ctx) -> list[Row]:
-    """Enqueue and drain of tidings and each installed peer, measured the same way."""
-    if os.environ.get("TIDINGS_BENCH_REDIS_URL"):
-        ctx.notes.append(
-            "peers skipped: they run only on the private Redis run.py starts (they FLUSHDB)"
-        )
-        return []
-    peers, missing = _peers(ctx)
-    if missing:
-        ctx.notes.append(
-            f"peers not installed (skipped): {', '.join(missing)}; pip install {' '.join(missing)}"
-        )
-    rows: list[Row] = []
-    results: dict[str, tuple[float, float]] = {}
-    runs = 1 if ctx.quick else ctx.runs
-    for peer in peers:
-        n = peer.drain_n or ctx.n
-
-        def push_all(peer: Peer = peer, n: int = n) -> float:
-            _reset_peer_keys(ctx)
-            t = time.perf_counter()
-            for i in range(n):
-                peer.enqueue(i)
-            return rate(n, time.perf_counter() - t)
-
-        def drain_one(peer: Peer = peer, n: int = n) -> float:
-            push_all(peer, n)
-            proc = spawn(peer.worker, worker_env(ctx))
-            try:
-                return _poll_drain(peer.pending, n, proc)
-            finally:
-                stop(proc)
-
-        try:
-            push_all(peer, min(n, 500))  # warm-up
-            enq = median_of(ctx.runs, push_all)
-            drained = median_of(runs, drain_one)
-        except Exception as exc:  # a peer's failure must not hide the others
-            rows.append(Row(f"peer {peer.name}: FAILED", type(exc).__name__, str(exc)[:80]))
-            continue
-        finally:
-            _reset_peer_keys(ctx)
-        results[peer.name] = (enq, drained)
-        rows.append(
-            Row(
-                f"peer {peer.name}: enqueue one at a time / drain",
-                f"{enq:,.0f} / {drained:,.0f} jobs/s",
-                peer.setting + (f", N={n:,}" if n != ctx.n else ""),
-            )
-        )
-    ours = results.get("tidings")
-    if ours:
-        for row, peer in zip(rows, peers, strict=False):
-            if peer.name != "tidings" and peer.name in results:
-                theirs = results[peer.name]
-                row.ratio = f"{ours[0] / theirs[0]:.2f}x / {ours[1] / theirs[1]:.2f}x"
-    ctx.notes.append(
-        "peer rows: drains timed by polling each library's own pending count, tidings too; "
-        "ratio = tidings / peer"
-    )
-    return rows
+        return peer_rows
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/run.py [--quick] [--n N] [--runs R] [--only SECTIONS]
     .venv/bin/python benchmarks/run.py --profile DIR [--n N]     # needs py-spy
 
-SECTIONS (comma-separated): enqueue, bulk, drain, latency, memory, peers, events.
+SECTIONS (comma-separated): enqueue, bulk, drain, latency, memory, peers, notify, events.
 
 Starts its own redis-server on a free 127.0.0.1 port (no persistence) and stops it at
 the end, unless ``TIDINGS_BENCH_REDIS_URL`` names one; then only keys under a private
@@ -32,7 +32,7 @@ import redis  # noqa: E402
 from benchmarks._redis import bench_redis  # noqa: E402
 from benchmarks.bench_queue import ALL, Ctx, Row  # noqa: E402
 
-SECTIONS = [*ALL, "peers", "events"]
+SECTIONS = [*ALL, "peers", "notify", "events"]
 
 
 def machine(server_version: str, binary: str | None) -> list[str]:
@@ -134,14 +134,18 @@ def main() -> None:
         t0 = time.monotonic()
         try:
             for name in wanted:
-                if name not in ALL and name != "peers":
+                if name not in ALL and name not in ("peers", "notify"):
                     continue
                 print(f"  running {name} ...", file=sys.stderr, flush=True)
                 try:
                     if name == "peers":
-                        from benchmarks.bench_queue import peer_rows
+                        from benchmarks.peers import peer_rows
 
                         rows += peer_rows(ctx)
+                    elif name == "notify":
+                        from benchmarks.bench_notify import notify_rows
+
+                        rows += notify_rows(ctx)
                     else:
                         rows += ALL[name](ctx)
                 except Exception as exc:  # one broken figure must not hide the others

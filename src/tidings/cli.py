@@ -56,6 +56,27 @@ def _stamp() -> str:
 def install_output(app: App, *, json_logs: bool) -> None:
     """Print one line per job state change, as listeners of the lifecycle events."""
     out = sys.stdout
+    flush_pending = False
+
+    def flush() -> None:
+        nonlocal flush_pending
+        flush_pending = False
+        out.flush()
+
+    def flush_soon() -> None:
+        # One flush per event-loop iteration, not one per line: a batch of jobs started
+        # or finished together costs one write. Lines still reach a supervisor's log
+        # before the worker next waits.
+        nonlocal flush_pending
+        if flush_pending:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            out.flush()
+            return
+        flush_pending = True
+        loop.call_soon(flush)
 
     def line(status: str, e: Any, extra: str = "", **fields: Any) -> None:
         if json_logs:
@@ -70,7 +91,7 @@ def install_output(app: App, *, json_logs: bool) -> None:
             out.write(orjson.dumps(record).decode() + "\n")
         else:
             out.write(f"{_stamp()} {e.job_id} {status:<10} {e.name}{extra}\n")
-        out.flush()
+        flush_soon()
 
     def processing(e: JobProcessing) -> None:
         line("Processing", e, attempts=e.attempts, wait_ms=round(e.wait_s * 1000, 2))

@@ -265,6 +265,27 @@ def test_second_sigterm_exits_at_once_and_the_job_runs_later(e: Env) -> None:
     assert e.count("started", "twice") == 2
 
 
+def test_sigterm_ends_an_idle_wait_at_once_with_nothing_reserved(e: Env) -> None:
+    """The pop rides behind the blocking wait (tidings.queue.wakeup): SIGTERM ends the
+    wait with CLIENT UNBLOCK rather than sitting out --sleep, and leaves nothing reserved."""
+    w = e.worker("--sleep", "30", name="idle-term")
+    Record("warm-term").dispatch()
+    wait_for(lambda: e.count("exec", "warm-term") == 1, 15)
+    wait_for(
+        lambda: any(c.get("cmd") == "blpop" for c in e.r.client_list()),
+        10,
+        message="worker blocking in BLPOP",
+    )
+    w.terminate()
+    t_term = time.monotonic()
+    code = exited(w, 10)
+    took = time.monotonic() - t_term
+    figure(f"idle worker (--sleep 30): exit {code} {took:.2f}s after SIGTERM")
+    assert code == 0
+    assert took <= 3.0
+    assert e.sizes()["reserved"] == 0
+
+
 # -- F9 and the idle-socket pitfall ----------------------------------------------------------------
 
 

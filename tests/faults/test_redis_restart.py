@@ -175,7 +175,12 @@ def test_f8_restart_without_persistence_workers_recover_and_warn(
     _start_workers(rig)
     before = rig.dispatch_records(100, tag="before")
     rig.wait_executed(before, 20)
-    wait_for(lambda: "persistence is off" in rig.logs(), 5, message="persistence warning")
+    # Every worker must have armed its data-reset watch (its start-up checks log this
+    # warning) before Redis goes: a worker still starting when it comes back takes the
+    # new, empty data set as its baseline and has no reset to report.
+    wait_for(
+        lambda: rig.logs().count("persistence is off") >= WORKERS, 15, message="warnings"
+    )
     server.stop()
     time.sleep(1.0)
     server.start()

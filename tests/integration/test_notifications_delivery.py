@@ -67,7 +67,7 @@ def test_three_users_three_channels_nine_jobs(servers: Servers, app_factory: App
         assert mid.startswith("<") and mid.endswith("@tidings>")
         message_ids.add(mid[1 : -len("@tidings>")])
     assert len(message_ids) == 3
-    assert s.smtp.sessions == 1  # one connection reused for the worker's mail jobs
+    assert 1 <= s.smtp.sessions <= 3  # concurrent jobs share the worker's SMTP pool (?pool=4)
 
     # sms: three Twilio-shaped form posts, basic auth, idempotency token
     assert len(s.sms.hits) == 3
@@ -201,8 +201,8 @@ def test_worker_closes_its_channels_on_exit(servers: Servers, app_factory: AppFa
         app = app_factory(s, mail_url=f"smtp://127.0.0.1:{smtp.port}?tls=off")
         app.notify([s.user(1), s.user(2)], InvoicePaid("Q", channels=("mail",)))
         work(app)
-        assert len(smtp.messages) == 2 and smtp.sessions == 1
-        assert recorder.quits == 1  # the reused connection was closed politely
+        assert len(smtp.messages) == 2 and 1 <= smtp.sessions <= 2
+        assert recorder.quits == smtp.sessions  # every pooled session was closed politely
 
 
 def test_notifiables_from_any_iterable(servers: Servers, app_factory: AppFactory) -> None:

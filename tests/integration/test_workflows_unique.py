@@ -59,6 +59,9 @@ def test_second_dispatch_dropped_while_pending(
     assert Unique("other", 1).dispatch() is not None
     w = start_worker(spawn_proc, app.settings.redis_url, prefix)
     wait_until(lambda: len(execs(redis_client, prefix)) == 2, 15, "2 ran", w)
+    # The lock frees when the holder's record is gone, i.e. once its ack lands, which may
+    # come a moment after ``handle`` recorded its run (acks are batched).
+    wait_until(lambda: app.job_status(first) == "done", 15, "k:1 acked", w)
     # The holder has finished: the next dispatch takes the lock over.
     again = Unique("k", 4).dispatch()
     assert again is not None

@@ -306,3 +306,38 @@ def test_random_mutations_are_each_refused(mutations: list[tuple[Any, ...]]) -> 
         return
     with pytest.raises(PayloadRejected):
         open_envelope(env, Signer([KEY]), job_id=_ID)
+
+
+def test_signer_matches_a_plain_hmac_sha256_and_is_reusable() -> None:
+    """The cached keyed HMAC is copied per message: signatures stay the textbook
+    HMAC-SHA256 and one message never leaks into the next."""
+    signer = Signer([KEY, OTHER])
+    for body in (b"a", b"b" * 1000, b""):
+        expected = hmac.new(KEY, body, hashlib.sha256).hexdigest()
+        assert signer.sign(body) == expected
+        assert signer.verify(body, expected.encode())
+        assert signer.verify(body, hmac.new(OTHER, body, hashlib.sha256).hexdigest().encode())
+
+
+def test_job_ids_are_unique_in_forked_children() -> None:
+    """The id generator is reseeded after fork: a parent and its child never repeat."""
+    import os
+
+    from tidings.queue.producer import new_id
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, "".join(new_id() for _ in range(100)).encode())
+        os._exit(0)
+    os.close(write)
+    parent = {new_id() for _ in range(100)}
+    data = b""
+    while chunk := os.read(read, 65536):
+        data += chunk
+    os.close(read)
+    os.waitpid(pid, 0)
+    child = {data[i : i + 32].decode() for i in range(0, len(data), 32)}
+    assert len(child) == 100 and len(parent) == 100
+    assert not parent & child
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in parent | child)

@@ -228,3 +228,17 @@ def test_parse_query_keeps_plus_signs() -> None:
         "base_url": "http://127.0.0.1:9",
         "x": "",
     }
+
+
+def test_valid_addresses_are_remembered_and_refusals_are_not() -> None:
+    from tidings.notifications import validation
+
+    before = validation._validated_email.cache_info()
+    for _ in range(3):
+        assert validate_email("Remembered@Example.org", "to") == "Remembered@example.org"
+    after = validation._validated_email.cache_info()
+    assert after.hits - before.hits >= 2 and after.currsize <= after.maxsize == 4096
+    for field in ("to", "cc"):  # each refusal is worked out afresh and names its field
+        with pytest.raises(ValidationError) as info:
+            validate_email("nobody@localhost", field)
+        assert info.value.field == field

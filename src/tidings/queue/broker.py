@@ -36,6 +36,16 @@ class PopResult:
     dropped: int
 
 
+def pop_result(k: QueueKeys, raw: list[Any]) -> PopResult:
+    """Read the pop script's reply: ``{now_ms, wait_ms, dropped, id, attempts, exc, body, ...}``."""
+    jobs = [
+        Reserved(raw[i].decode(), k.name, int(raw[i + 1]), int(raw[i + 2]), raw[i + 3])
+        for i in range(3, len(raw), 4)
+    ]
+    wait = int(raw[1])
+    return PopResult(jobs, None if wait < 0 else wait / 1000.0, int(raw[0]) / 1000.0, int(raw[2]))
+
+
 class Broker:
     """Async moves on one queue connection."""
 
@@ -46,8 +56,8 @@ class Broker:
         self.lease_ms = int(retry_after_s * 1000)
         self.max_bytes = max_bytes
 
-    async def pop(self, k: QueueKeys, n: int) -> PopResult:
-        """Promote due jobs, recover expired leases, reserve up to ``n`` jobs."""
+    def pop_command(self, k: QueueKeys, n: int) -> tuple[list[str], list[scripts.Arg]]:
+        """The keys and arguments of the pop script reserving up to ``n`` jobs of ``k``."""
         keys = [
             k.ready,
             k.delayed,
@@ -59,17 +69,12 @@ class Broker:
             k.failed_info,
             k.failed_body,
         ]
-        raw = await scripts.POP.acall(
-            self.client, keys, [n, self.lease_ms, self.max_bytes, 1000, k.name]
-        )
-        jobs = [
-            Reserved(raw[i].decode(), k.name, int(raw[i + 1]), int(raw[i + 2]), raw[i + 3])
-            for i in range(3, len(raw), 4)
-        ]
-        wait = int(raw[1])
-        return PopResult(
-            jobs, None if wait < 0 else wait / 1000.0, int(raw[0]) / 1000.0, int(raw[2])
-        )
+        return keys, [n, self.lease_ms, self.max_bytes, 1000, k.name]
+
+    async def pop(self, k: QueueKeys, n: int) -> PopResult:
+        """Promote due jobs, recover expired leases, reserve up to ``n`` jobs."""
+        keys, args = self.pop_command(k, n)
+        return pop_result(k, await scripts.POP.acall(self.client, keys, args))
 
     async def ack(self, k: QueueKeys, ids: Sequence[str]) -> int:
         """Delete finished jobs; returns how many had lost their reservation."""

@@ -73,11 +73,57 @@ def _join(path: str, part: str) -> str:
     return f"{path}.{part}" if path else part
 
 
+class _Unencodable(Exception):
+    """Raised deep in the encoder; the containers on the way out add their path parts
+    (so a path is built only for a value that fails, never for every field)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.parts: list[str] = []
+
+
+# Per dataclass: its field names and its class path (the encoder's hot path).
+_DATACLASSES: dict[type[Any], tuple[tuple[str, ...], str]] = {}
+
+
+def _dataclass_info(cls: type[Any]) -> tuple[tuple[str, ...], str]:
+    info = _DATACLASSES.get(cls)
+    if info is None:
+        names = tuple(f.name for f in dataclasses.fields(cls))
+        info = _DATACLASSES[cls] = (names, class_path(cls))
+    return info
+
+
+_FAST: dict[type[Any], int] = {type(None): 1, bool: 1, str: 1, int: 2, float: 3}
+
+
 class _Encoder:
     def __init__(self) -> None:
         self._active: set[int] = set()
 
-    def encode(self, value: Any, path: str) -> Any:
+    def encode(self, value: Any) -> Any:
+        cls = type(value)
+        # Exact types first (most values): one dict lookup instead of the isinstance chain.
+        kind = _FAST.get(cls)
+        if kind is not None:
+            if kind == 1:  # None, bool, str
+                return value
+            if kind == 2:  # int
+                if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+                    return value
+                return {"__t": "int", "v": str(value)}
+            if kind == 3 and math.isfinite(value):  # float
+                return value
+        elif cls in _DATACLASSES:  # a dataclass met before (so no other tag applies)
+            key = id(value)
+            if key in self._active:
+                raise _Unencodable("circular reference")
+            self._active.add(key)
+            try:
+                return self._dataclass(value, cls)
+            finally:
+                self._active.discard(key)
         if value is None or isinstance(value, bool):
             return value
         if isinstance(value, str) and not isinstance(value, enum.Enum):
@@ -89,17 +135,12 @@ class _Encoder:
             return {"__t": "int", "v": str(value)}
         if isinstance(value, float):
             if not math.isfinite(value):
-                raise SerializationError(f"float {value!r} has no JSON form", path=path)
+                raise _Unencodable(f"float {value!r} has no JSON form")
             return value
-        cls = type(value)
         if hasattr(cls, "__queue_dump__") and hasattr(cls, "__queue_load__"):
-            return {
-                "__t": "m",
-                "c": class_path(cls),
-                "v": self.encode(value.__queue_dump__(), path),
-            }
+            return {"__t": "m", "c": class_path(cls), "v": self.encode(value.__queue_dump__())}
         if isinstance(value, enum.Enum):
-            return {"__t": "enum", "c": class_path(cls), "v": self.encode(value.value, path)}
+            return {"__t": "enum", "c": class_path(cls), "v": self.encode(value.value)}
         if isinstance(value, dt.datetime):
             return {"__t": "dt", "v": value.isoformat()}
         if isinstance(value, dt.date):
@@ -117,55 +158,67 @@ class _Encoder:
         # Containers: guard against cycles, which JSON cannot express.
         key = id(value)
         if key in self._active:
-            raise SerializationError("circular reference", path=path)
+            raise _Unencodable("circular reference")
         self._active.add(key)
         try:
-            return self._container(value, cls, path)
+            return self._container(value, cls)
         finally:
             self._active.discard(key)
 
-    def _container(self, value: Any, cls: type[Any], path: str) -> Any:
+    def _items(self, value: Any) -> list[Any]:
+        out: list[Any] = []
+        try:
+            for v in value:
+                out.append(self.encode(v))
+        except _Unencodable as exc:
+            exc.parts.append(f"[{len(out)}]")
+            raise
+        return out
+
+    def _fields(self, pairs: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        name = ""
+        try:
+            for name, v in pairs:
+                out[name] = self.encode(v)
+        except _Unencodable as exc:
+            exc.parts.append(name)
+            raise
+        return out
+
+    def _dataclass(self, value: Any, cls: type[Any]) -> dict[str, Any]:
+        names, path = _dataclass_info(cls)
+        return {"__t": "dc", "c": path, "f": self._fields((n, getattr(value, n)) for n in names)}
+
+    def _container(self, value: Any, cls: type[Any]) -> Any:
         if isinstance(value, list):
-            return [self.encode(v, _join(path, f"[{i}]")) for i, v in enumerate(value)]
+            return self._items(value)
         if isinstance(value, tuple) and not hasattr(value, "_fields"):
-            return {
-                "__t": "tuple",
-                "v": [self.encode(v, _join(path, f"[{i}]")) for i, v in enumerate(value)],
-            }
+            return {"__t": "tuple", "v": self._items(value)}
         if isinstance(value, (set, frozenset)):
             tag = "set" if isinstance(value, set) else "fset"
-            items = [self.encode(v, _join(path, f"[{i}]")) for i, v in enumerate(value)]
-            return {"__t": tag, "v": items}
+            return {"__t": tag, "v": self._items(value)}
         if isinstance(value, dict):
             if all(isinstance(k, str) for k in value) and "__t" not in value:
-                return {k: self.encode(v, _join(path, k)) for k, v in value.items()}
-            return {
-                "__t": "dict",
-                "v": [
-                    [
-                        self.encode(k, _join(path, f"[{k!r}]")),
-                        self.encode(v, _join(path, f"[{k!r}]")),
-                    ]
-                    for k, v in value.items()
-                ],
-            }
+                return self._fields(value.items())
+            pairs: list[Any] = []
+            for k, v in value.items():
+                try:
+                    pairs.append([self.encode(k), self.encode(v)])
+                except _Unencodable as exc:
+                    exc.parts.append(f"[{k!r}]")
+                    raise
+            return {"__t": "dict", "v": pairs}
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            fields = {
-                f.name: self.encode(getattr(value, f.name), _join(path, f.name))
-                for f in dataclasses.fields(value)
-            }
-            return {"__t": "dc", "c": class_path(cls), "f": fields}
+            return self._dataclass(value, cls)
         if getattr(cls, "__tidings_serializable__", False) and hasattr(value, "__dict__"):
-            fields = {
-                k: self.encode(v, _join(path, k))
-                for k, v in vars(value).items()
-                if not k.startswith("_tidings")
-            }
+            fields = self._fields(
+                (k, v) for k, v in vars(value).items() if not k.startswith("_tidings")
+            )
             return {"__t": "obj", "c": class_path(cls), "f": fields}
-        raise SerializationError(
+        raise _Unencodable(
             f"cannot queue a value of type {cls.__module__}.{cls.__qualname__}; use a "
-            "dataclass, a JSON type, or give the class __queue_dump__/__queue_load__",
-            path=path,
+            "dataclass, a JSON type, or give the class __queue_dump__/__queue_load__"
         )
 
 
@@ -175,7 +228,12 @@ def encode(value: Any, *, path: str = "") -> Any:
     Raises:
         SerializationError: a value has no queued form; the message names its path.
     """
-    return _Encoder().encode(value, path)
+    try:
+        return _Encoder().encode(value)
+    except _Unencodable as exc:
+        for part in reversed(exc.parts):
+            path = _join(path, part)
+        raise SerializationError(exc.message, path=path) from None
 
 
 def _plain(value: Any, resolve: Resolver) -> Any:

@@ -7,12 +7,17 @@ DSNs (Symfony Mailer style)::
     smtps://user:pass@host:465     implicit TLS
     ...?ca=/path/ca.pem            trust this CA bundle (also the tls_ca argument)
     ...?local_hostname=mx.acme.io  name sent in EHLO (default: this host's name)
+    ...?pool=4                     SMTP sessions a worker may hold open at once (default 4)
     file:///abs/outbox             one <delivery_id>.eml per message (file://./rel works)
     log://                         a summary line on the ``tidings.mail`` logger
 
 Every transport checks the whole message first — each header of each MIME part for
 CR/LF/control characters, each address in From/To/Cc/Bcc — and only then touches
 the network or disk, so a malformed or hostile message opens no SMTP session.
+
+One SMTP transaction is four round trips (MAIL, RCPT, DATA, the message), so a worker
+sends over up to ``pool`` sessions at once, each reused mail after mail: a new session
+is opened only when every open one is busy. ``?pool=1`` is one session, mails in turn.
 
 SMTP outcome mapping: connection refused, timeouts, ``421`` and other ``4xx`` ->
 :class:`TransientChannelError`; ``5xx``, authentication failure, TLS certificate
@@ -31,7 +36,6 @@ import ssl
 import tempfile
 import urllib.parse
 from email.message import EmailMessage
-from email.policy import default as default_policy
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -42,7 +46,6 @@ from tidings.errors import (
     ConfigurationError,
     PermanentChannelError,
     TransientChannelError,
-    ValidationError,
 )
 from tidings.notifications.channels.base import (
     DeliveryResult,
@@ -52,14 +55,9 @@ from tidings.notifications.channels.base import (
     safe_cause,
     shorten,
 )
-from tidings.notifications.messages import message_id_for
+from tidings.notifications.mime import prepare_envelope
 from tidings.notifications.net import dns_error
-from tidings.notifications.validation import (
-    validate_email,
-    validate_header,
-    validate_header_name,
-    validate_sender,
-)
+from tidings.notifications.validation import validate_sender
 
 __all__ = [
     "FileMailTransport",
@@ -72,7 +70,6 @@ __all__ = [
 
 _log = logging.getLogger("tidings.mail")
 TlsMode = Literal["auto", "required", "off", "implicit"]
-_ADDRESS_HEADERS = ("From", "Sender", "Reply-To", "To", "Cc", "Bcc")
 
 
 class MailTransport(Protocol):
@@ -85,60 +82,6 @@ class MailTransport(Protocol):
     async def close(self) -> None:
         """Release connections; the transport may not be used afterwards."""
         ...
-
-
-def prepare_envelope(
-    email: EmailMessage, delivery_id: str, mail_from: str
-) -> tuple[str, list[str]]:
-    """Validate a message completely and work out its SMTP envelope.
-
-    Sets ``Message-ID: <{delivery_id}@tidings>`` when the message has none.
-
-    Args:
-        email: the message.
-        delivery_id: the stable delivery id.
-        mail_from: sender to use when the message has no From header.
-
-    Returns:
-        ``(envelope_sender, recipients)``: the addr-specs of From and of To, Cc and
-        Bcc, de-duplicated in order.
-
-    Raises:
-        ValidationError: a header or address is invalid, or there is no recipient.
-    """
-    message_id = message_id_for(delivery_id)
-    for part in email.walk():
-        for name, value in part.items():
-            validate_header_name(name)
-            validate_header(str(value), name.lower())
-    addresses: dict[str, list[str]] = {}
-    for name in _ADDRESS_HEADERS:
-        for raw in email.get_all(name, []):
-            # Re-parse from text so a compat32 message is held to the same rules.
-            header = default_policy.header_factory(name, str(raw))
-            field = name.lower().replace("-", "_")
-            if header.defects or not hasattr(header, "addresses"):
-                raise ValidationError("malformed address header", field=field)
-            for address in header.addresses:
-                if name in ("From", "Sender"):
-                    validate_sender(address.addr_spec, field)
-                    addresses.setdefault(name, []).append(address.addr_spec)
-                else:
-                    addresses.setdefault(name, []).append(validate_email(address.addr_spec, field))
-    senders = addresses.get("From", [])
-    if len(senders) > 1:
-        raise ValidationError("exactly one From address is allowed", field="from")
-    sender = senders[0] if senders else validate_sender(mail_from)[1]
-    if not senders:
-        email["From"] = mail_from
-    recipients = list(
-        dict.fromkeys(a for name in ("To", "Cc", "Bcc") for a in addresses.get(name, []))
-    )
-    if not recipients:
-        raise ValidationError("at least one recipient is required", field="to")
-    if "Message-ID" not in email:
-        email["Message-ID"] = message_id
-    return sender, recipients
 
 
 def _by_code(code: int, text: str) -> ChannelError:
@@ -197,7 +140,7 @@ def _translate(exc: BaseException, host: str) -> ChannelError:
 
 
 class SmtpTransport:
-    """SMTP over one reused connection, serialized by a lock and reopened after a drop."""
+    """SMTP over a few reused sessions, one mail at a time each, reopened after a drop."""
 
     def __init__(
         self,
@@ -211,6 +154,7 @@ class SmtpTransport:
         timeout_s: float = 10.0,
         tls_ca: str | None = None,
         local_hostname: str | None = None,
+        pool: int = 4,
     ) -> None:
         """Configure the transport; no connection is made until the first send.
 
@@ -225,7 +169,15 @@ class SmtpTransport:
                 on each mail transaction.
             tls_ca: CA bundle to trust instead of the system store.
             local_hostname: name sent in EHLO (default: this machine's host name).
+            pool: most sessions open at once. One session carries one transaction at
+                a time; with one session, concurrent sends wait for each other's four
+                round trips (and for the event loop between them).
+
+        Raises:
+            ConfigurationError: ``pool`` is below 1, or the CA bundle cannot be loaded.
         """
+        if isinstance(pool, bool) or not isinstance(pool, int) or pool < 1:
+            raise ConfigurationError("SMTP pool size must be a whole number >= 1")
         validate_sender(mail_from)
         self._host, self._port, self._mail_from = host, port, mail_from
         self._username, self._password = username, password
@@ -239,11 +191,17 @@ class SmtpTransport:
         self._local_hostname = (
             name if name.isascii() and name.strip() == name and name else "localhost"
         )
-        self._smtp: aiosmtplib.SMTP | None = None
-        self._lock = asyncio.Lock()
+        self._pool = pool
+        self._idle: list[aiosmtplib.SMTP] = []  # open sessions nobody is using
+        self._slots = asyncio.Semaphore(pool)  # held while a send owns a session
+
+    @property
+    def pool_size(self) -> int:
+        """The most SMTP sessions this transport keeps open at once."""
+        return self._pool
 
     async def send(self, email: EmailMessage, delivery_id: str) -> DeliveryResult:
-        """Send ``email`` over the shared connection.
+        """Send ``email`` over an idle session, or a new one while fewer than ``pool`` are open.
 
         Raises:
             ValidationError: the message is invalid (no connection is opened).
@@ -251,23 +209,27 @@ class SmtpTransport:
             PermanentChannelError: do not retry (5xx, auth or TLS certificate failure).
         """
         sender, recipients = prepare_envelope(email, delivery_id, self._mail_from)
-        async with self._lock:
+        async with self._slots:
+            session = _Session(self._idle.pop() if self._idle else None)
             try:
-                errors, reply = await self._deliver(email, sender, recipients)
+                errors, reply = await self._deliver(session, email, sender, recipients)
             except ChannelError as exc:
-                self._drop()
+                session.drop()
                 raise _redacted(exc, self._secrets) from None
             except asyncio.CancelledError:
-                self._drop()
+                session.drop()
                 raise
             except Exception as exc:
                 # After a refusal aiosmtplib has sent RSET, so the session is reusable;
                 # after anything else its state is unknown: start clean next time.
                 refusal = aiosmtplib.SMTPResponseException, aiosmtplib.SMTPRecipientsRefused
                 if not isinstance(exc, refusal) or getattr(exc, "code", None) == 421:
-                    self._drop()
+                    session.drop()
                 error = _redacted(_translate(exc, self._host), self._secrets)
                 raise error from safe_cause(exc, self._secrets)
+            finally:
+                if session.smtp is not None:
+                    self._idle.append(session.smtp)
         response = shorten(reply)
         if errors:
             refused = ", ".join(
@@ -278,10 +240,14 @@ class SmtpTransport:
         return DeliveryResult("mail", delivery_id, response, status=250)
 
     async def _deliver(
-        self, email: EmailMessage, sender: str, recipients: list[str]
+        self, session: _Session, email: EmailMessage, sender: str, recipients: list[str]
     ) -> tuple[dict[str, aiosmtplib.SMTPResponse], str]:
-        reused = self._smtp is not None and self._smtp.is_connected
-        smtp = self._smtp if reused and self._smtp is not None else await self._connect()
+        reused = session.smtp is not None and session.smtp.is_connected
+        if not reused:
+            session.drop()
+            session.smtp = await self._connect()
+        smtp = session.smtp
+        assert smtp is not None
         try:
             async with asyncio.timeout(self._timeout_s):
                 return await smtp.send_message(email, sender=sender, recipients=recipients)
@@ -291,8 +257,8 @@ class SmtpTransport:
             if not (reused and dropped):
                 raise
         # The idle connection had been dropped by the server: reconnect once.
-        self._drop()
-        smtp = await self._connect()
+        session.drop()
+        session.smtp = smtp = await self._connect()
         async with asyncio.timeout(self._timeout_s):
             return await smtp.send_message(email, sender=sender, recipients=recipients)
 
@@ -321,26 +287,39 @@ class SmtpTransport:
         except BaseException:
             smtp.close()
             raise
-        self._smtp = smtp
         return smtp
 
-    def _drop(self) -> None:
-        if self._smtp is not None:
-            self._smtp.close()
-            self._smtp = None
-
     async def close(self) -> None:
-        """Say QUIT (best effort) and close the connection."""
-        async with self._lock:
-            smtp, self._smtp = self._smtp, None
-            if smtp is not None and smtp.is_connected:
-                try:
-                    async with asyncio.timeout(min(self._timeout_s, 2.0)):
-                        await smtp.quit()
-                except (aiosmtplib.SMTPException, OSError, TimeoutError):
-                    pass
-            if smtp is not None:
+        """Wait for the sends in flight, then say QUIT (best effort) on every session."""
+        for _ in range(self._pool):
+            await self._slots.acquire()
+        try:
+            sessions, self._idle = self._idle, []
+            for smtp in sessions:
+                if smtp.is_connected:
+                    try:
+                        async with asyncio.timeout(min(self._timeout_s, 2.0)):
+                            await smtp.quit()
+                    except (aiosmtplib.SMTPException, OSError, TimeoutError):
+                        pass
                 smtp.close()
+        finally:
+            for _ in range(self._pool):
+                self._slots.release()
+
+
+class _Session:
+    """The session one send is using: kept (back to the idle list) unless dropped."""
+
+    __slots__ = ("smtp",)
+
+    def __init__(self, smtp: aiosmtplib.SMTP | None) -> None:
+        self.smtp = smtp
+
+    def drop(self) -> None:
+        if self.smtp is not None:
+            self.smtp.close()
+            self.smtp = None
 
 
 def _redacted(exc: ChannelError, secrets: list[str | None]) -> ChannelError:
@@ -446,6 +425,10 @@ def mail_transport_from_url(
         tls = "implicit"
     if tls is None:
         raise ConfigurationError("mail URL ?tls= must be required or off")
+    try:
+        pool = int(params.get("pool", "4"))
+    except ValueError:
+        raise ConfigurationError("mail URL ?pool= must be a whole number >= 1") from None
     user = urllib.parse.unquote(parts.username) if parts.username else None
     password = urllib.parse.unquote(parts.password) if parts.password is not None else None
     return SmtpTransport(
@@ -458,4 +441,5 @@ def mail_transport_from_url(
         timeout_s=timeout_s,
         tls_ca=tls_ca or params.get("ca"),
         local_hostname=params.get("local_hostname"),
+        pool=pool,
     )

@@ -2,7 +2,8 @@
 
 A channel is any object with ``async send(notifiable, notification)`` (built-ins also
 take the delivery id). Built-ins wrap a transport that holds connections bound to an
-event loop, so instances are kept per loop: one SMTP connection per worker, reused.
+event loop, so instances are kept per loop: a worker's SMTP sessions (up to the mail
+URL's ``?pool=``, default 4) are reused mail after mail.
 """
 
 from __future__ import annotations

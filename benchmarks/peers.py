@@ -1,0 +1,549 @@
+"""Peers: tidings beside other Redis job queues, every figure measured the same way.
+
+For tidings and each installed peer (huey, dramatiq, rq, saq, taskiq with taskiq-redis),
+in the same run and on the same Redis:
+
+* **enqueue one at a time**: N no-op jobs pushed with the library's usual call (for the
+  asyncio libraries, saq and taskiq, awaited one after the other in one event loop);
+* **drain**: N jobs pushed first, then one worker process with the library's defaults,
+  timed by polling the library's own count of unfinished jobs (:func:`_poll_drain`);
+* **enqueue -> start latency**: as ``bench_queue.latency_rows`` measures tidings: one idle
+  worker, 50 stamp jobs/s for 5 s (3 s with ``--quick``), each job appending
+  ``time.time() - sent_at`` when it starts; p50 / p99. One warm-up stamp job is waited for
+  first (it proves the worker is consuming, whatever its start-up looks like).
+
+The peers' apps and jobs are built lazily in :mod:`benchmarks.bench_app`. Peers keep keys
+outside tidings' prefix (rq has no prefix at all) and are cleaned up with ``FLUSHDB``, so
+they run only on the private Redis ``run.py`` starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from benchmarks.bench_queue import (
+    WORKER_TIMEOUT_S,
+    Ctx,
+    Row,
+    _app,
+    _paced,
+    _pcts,
+    _text,
+    median_of,
+    notify_worker_argv,
+    rate,
+    spawn,
+    stderr_tail,
+    worker_env,
+)
+
+LATENCY_PER_S = 50.0
+
+
+@dataclass(slots=True)
+class Peer:
+    """How to push to, drain, stamp and count one job queue library."""
+
+    name: str
+    enqueue: Callable[[int], Any]
+    """Push job number i the library's usual way (a coroutine function when ``loop`` is set)."""
+    worker: list[str]
+    pending: Callable[[], int]
+    """Jobs not yet finished (or not yet taken, where that is all the library tells)."""
+    setting: str
+    drain_n: int | None = None
+    stamp: Callable[[float], Any] | None = None
+    """Push a job that appends ``time.time() - sent_at`` to ``mark_key("latency")`` when it
+    starts (a coroutine function when ``loop`` is set)."""
+    loop: asyncio.AbstractEventLoop | None = None
+    """The producer's event loop, for asyncio libraries (their clients are bound to one)."""
+    prepare: Callable[[], Any] | None = None
+    """Run after the keys are reset and before pushing (taskiq: declare the stream's group)."""
+    close: Callable[[], Any] | None = None
+    latency_env: dict[str, str] = field(default_factory=dict)
+    idle_wait: str = ""
+    """How its idle worker waits for a job (printed beside its latency)."""
+    stop_grace_s: float = 30.0
+    """How long the worker gets to exit on SIGTERM before it is stopped harder."""
+    hard_stops: int = 0
+
+    def _run(self, fn: Callable[[], Any]) -> Any:
+        result = fn()
+        if self.loop is not None:
+            return self.loop.run_until_complete(result)
+        return result
+
+    def push(self, n: int) -> float:
+        """Push n jobs one at a time; jobs/s (``prepare`` is not timed)."""
+        if self.prepare is not None:
+            self._run(self.prepare)
+        if self.loop is None:
+            t = time.perf_counter()
+            for i in range(n):
+                self.enqueue(i)
+            return rate(n, time.perf_counter() - t)
+
+        async def one_by_one() -> float:
+            t = time.perf_counter()
+            for i in range(n):
+                await self.enqueue(i)
+            return rate(n, time.perf_counter() - t)
+
+        return float(self.loop.run_until_complete(one_by_one()))
+
+    def paced_stamps(self, per_s: float, duration_s: float) -> int:
+        """Send stamp jobs at ``per_s`` for ``duration_s``; how many were sent."""
+        stamp = self.stamp
+        assert stamp is not None
+        if self.loop is None:
+            return _paced(per_s, duration_s, lambda: stamp(time.time()))
+
+        async def paced() -> int:
+            count = int(per_s * duration_s)
+            t0 = time.perf_counter()
+            for i in range(count):
+                pause = t0 + i / per_s - time.perf_counter()
+                if pause > 0:
+                    await asyncio.sleep(pause)
+                await stamp(time.time())
+            return count
+
+        return int(self.loop.run_until_complete(paced()))
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+def _peers(ctx: Ctx) -> tuple[list[Peer], list[str]]:
+    """The installed peers, and the pip names of those that are not."""
+    b = _app()
+    bin_dir = Path(sys.executable).parent
+    peers: list[Peer] = []
+    missing: list[str] = []
+    k = b.app.queue_for(None).keys("default")
+    peers.append(
+        Peer(
+            "tidings",
+            lambda i: b.NoOpJob(i).dispatch(),
+            notify_worker_argv(),
+            lambda: int(ctx.client.hlen(k.jobs)),
+            "notify-worker, defaults (--concurrency 16)",
+            stamp=lambda sent_at: b.Stamp(sent_at=sent_at).dispatch(),
+            latency_env={"TIDINGS_BENCH_LATENCY": "1"},  # as latency_rows runs it
+            idle_wait="BLPOP with the pop script queued behind it",
+        )
+    )
+    try:
+        huey, noop, huey_stamp = b.huey_app, b.huey_noop, b.huey_stamp
+        peers.append(
+            Peer(
+                "huey",
+                lambda i: noop(i),
+                [str(bin_dir / "huey_consumer"), "benchmarks.bench_app.huey_app"],
+                lambda: int(huey.pending_count()),
+                "huey_consumer, defaults (1 thread worker)",
+                stamp=lambda sent_at: huey_stamp(sent_at),
+                idle_wait="BRPOP (blocking=True)",
+            )
+        )
+    except ImportError:
+        missing.append("huey")
+    try:
+        broker, actor, dramatiq_stamp = b.dramatiq_broker, b.dramatiq_noop, b.dramatiq_stamp
+        msgs = f"{broker.namespace}:{actor.queue_name}.msgs"
+        peers.append(
+            Peer(
+                "dramatiq",
+                lambda i: actor.send(i),
+                [
+                    str(bin_dir / "dramatiq"),
+                    "benchmarks.bench_app:dramatiq_broker",
+                    "--processes",
+                    "1",
+                ],
+                lambda: int(ctx.client.hlen(msgs)),
+                "dramatiq, 1 process x 8 threads (default threads)",
+                stamp=lambda sent_at: dramatiq_stamp.send(sent_at),
+                idle_wait="polls a fetch script, backing off",
+            )
+        )
+    except ImportError:
+        missing.append("dramatiq")
+    try:
+        import rq
+
+        queue = rq.Queue(f"{ctx.prefix}-rq", connection=redis.Redis.from_url(ctx.url))
+        started = rq.registry.StartedJobRegistry(queue=queue)
+        peers.append(
+            Peer(
+                "rq",
+                lambda i: queue.enqueue(b.rq_noop, i),
+                [
+                    str(bin_dir / "rq"),
+                    "worker",
+                    "--url",
+                    ctx.url,
+                    "-w",
+                    "rq.worker.SimpleWorker",
+                    queue.name,
+                ],
+                lambda: int(queue.count) + int(started.count),
+                "rq SimpleWorker (no fork per job; the default forks)",
+                drain_n=min(ctx.n, 2_000),
+                stamp=lambda sent_at: queue.enqueue(b.rq_stamp, sent_at),
+                idle_wait="BLPOP",
+            )
+        )
+    except ImportError:
+        missing.append("rq")
+    try:
+        saq_queue = b.saq_queue
+        incomplete = saq_queue.namespace("incomplete")  # a job leaves it when finished
+        saq_loop = asyncio.new_event_loop()
+
+        def saq_close(q: Any = saq_queue, loop: asyncio.AbstractEventLoop = saq_loop) -> None:
+            loop.run_until_complete(q.disconnect())
+            loop.close()
+
+        peers.append(
+            Peer(
+                "saq",
+                lambda i: saq_queue.enqueue("saq_noop", n=i),
+                [str(bin_dir / "saq"), "benchmarks.bench_app.saq_settings"],
+                lambda: int(ctx.client.zcard(incomplete)),
+                "saq, 1 process, defaults (concurrency 10)",
+                stamp=lambda sent_at: saq_queue.enqueue("saq_stamp", sent_at=sent_at),
+                loop=saq_loop,
+                idle_wait="BLMOVE x10",
+                close=saq_close,
+            )
+        )
+    except ImportError:
+        missing.append("saq")
+    try:
+        tq_broker, tq_noop, tq_stamp = b.taskiq_broker, b.taskiq_noop, b.taskiq_stamp
+        tq_loop = asyncio.new_event_loop()
+
+        def tq_pending(stream: str = tq_broker.queue_name) -> int:
+            # Not yet delivered to the group (lag) + delivered and not yet acked (pending);
+            # taskiq acks after the task (and its result) are done.
+            for group in ctx.client.xinfo_groups(stream):
+                if _text(group["name"]) == tq_broker.consumer_group_name:
+                    return int(group["lag"]) + int(group["pending"])
+            raise RuntimeError(f"taskiq: no consumer group on {stream}")
+
+        def tq_close(br: Any = tq_broker, loop: asyncio.AbstractEventLoop = tq_loop) -> None:
+            loop.run_until_complete(br.shutdown())
+            loop.close()
+
+        peers.append(
+            Peer(
+                "taskiq",
+                lambda i: tq_noop.kiq(i),
+                [
+                    str(bin_dir / "taskiq"),
+                    "worker",
+                    "benchmarks.bench_app:taskiq_broker",
+                    "--workers",
+                    "1",
+                ],
+                tq_pending,
+                "taskiq worker --workers 1 (default 2), RedisStreamBroker, defaults",
+                stamp=lambda sent_at: tq_stamp.kiq(sent_at),
+                loop=tq_loop,
+                # The stream's consumer group reads from "$": declare it before pushing.
+                prepare=tq_broker.startup,
+                close=tq_close,
+                stop_grace_s=3.0,
+                idle_wait="XREADGROUP BLOCK 2000",
+            )
+        )
+    except ImportError:
+        missing.append("taskiq taskiq-redis")
+    return peers, missing
+
+
+def _reset_peer_keys(ctx: Ctx) -> None:
+    # Peers keep keys outside our prefix (rq has no prefix at all): peers only run on the
+    # private server run.py started, so emptying its database is safe.
+    ctx.client.flushdb()
+
+
+# -- stopping a worker and whatever it forked -------------------------------------------
+
+
+def _start_time(pid: int) -> str | None:
+    """Field 22 of /proc/PID/stat (start time), to tell a PID from its reuse; None once
+    the process is gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def _descendants(pid: int) -> list[tuple[int, str]]:
+    """(pid, start time) of every process under ``pid`` right now."""
+    out: list[tuple[int, str]] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                kids = Path(f"/proc/{parent}/task/{tid}/children").read_text().split()
+            except OSError:
+                continue
+            for kid in map(int, kids):
+                started = _start_time(kid)
+                if started is not None:
+                    out.append((kid, started))
+                    todo.append(kid)
+    return out
+
+
+def _signal_alive(procs: list[tuple[int, str]], sig: int) -> int:
+    """Send ``sig`` (0: only count) to those of ``procs`` still running (same PID and
+    start time); how many there were."""
+    sent = 0
+    for pid, started in procs:
+        if _start_time(pid) == started:
+            try:
+                os.kill(pid, sig)
+                sent += 1
+            except ProcessLookupError:
+                pass
+    return sent
+
+
+def stop_tree(peer: Peer, proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the worker; if it has not exited after ``peer.stop_grace_s``, SIGINT the
+    processes it forked five times (taskiq's hard kill: its worker process raises
+    KeyboardInterrupt after ``--hardkill-count`` 3 more signals), then SIGKILL all of them.
+
+    Only this worker's process and the processes it forked are signalled, by PID.
+    """
+    kids = _descendants(proc.pid)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=peer.stop_grace_s)
+    except subprocess.TimeoutExpired:
+        peer.hard_stops += 1
+        for _ in range(5):
+            _signal_alive(kids, signal.SIGINT)
+            time.sleep(0.05)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 5
+    while _signal_alive(kids, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _signal_alive(kids, signal.SIGKILL)
+
+
+# -- measuring ---------------------------------------------------------------------------
+
+
+def _poll_drain(pending: Callable[[], int], n: int, proc: subprocess.Popen[bytes]) -> float:
+    """jobs/s from the first job taken to the last, by polling the peer's own count."""
+    first: tuple[float, int] | None = None
+    deadline = time.monotonic() + WORKER_TIMEOUT_S
+    while True:
+        left = pending()
+        now = time.perf_counter()
+        if first is None and left < n:
+            first = (now, left)
+        if left <= 0 and first is not None:
+            return rate(first[1], now - first[0]) if now > first[0] else float("nan")
+        if proc.poll() is not None:
+            raise RuntimeError(f"worker exited with {proc.returncode}: {stderr_tail(proc)}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{left} jobs left after {WORKER_TIMEOUT_S:.0f}s")
+        time.sleep(0.002)
+
+
+def _latency(ctx: Ctx, peer: Peer, duration_s: float) -> tuple[list[float], int]:
+    """Enqueue->start seconds of stamp jobs at 50/s to one idle worker; and how many sent."""
+    key = _app().mark_key("latency")
+    _reset_peer_keys(ctx)
+    if peer.prepare is not None:
+        peer._run(peer.prepare)
+    proc = spawn(peer.worker, worker_env(ctx, **peer.latency_env))
+    try:
+        peer.paced_stamps(1.0, 1.0)  # warm-up: waited for, then dropped
+        deadline = time.monotonic() + 60
+        while int(ctx.client.llen(key)) < 1:
+            if proc.poll() is not None:
+                raise RuntimeError(f"worker exited with {proc.returncode}: {stderr_tail(proc)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("warm-up job not started after 60 s")
+            time.sleep(0.01)
+        time.sleep(0.5)  # let it reach its blocking wait
+        ctx.client.delete(key)
+        count = peer.paced_stamps(LATENCY_PER_S, duration_s)
+        deadline = time.monotonic() + 15
+        while int(ctx.client.llen(key)) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop_tree(peer, proc)
+    values = [float(_text(r).split(",")[0]) for r in ctx.client.lrange(key, 0, -1)]
+    _reset_peer_keys(ctx)
+    return values, count
+
+
+def peer_rows(ctx: Ctx) -> list[Row]:
+    """Enqueue, drain and enqueue->start latency of tidings and each installed peer."""
+    if os.environ.get("TIDINGS_BENCH_REDIS_URL"):
+        ctx.notes.append(
+            "peers skipped: they run only on the private Redis run.py starts (they FLUSHDB)"
+        )
+        return []
+    peers, missing = _peers(ctx)
+    if missing:
+        ctx.notes.append(
+            f"peers not installed (skipped): {', '.join(missing)}; pip install {' '.join(missing)}"
+        )
+    try:
+        return _measure(ctx, peers)
+    finally:
+        for peer in peers:
+            if peer.close is not None:
+                peer.close()
+
+
+def _measure(ctx: Ctx, peers: list[Peer]) -> list[Row]:
+    rows: list[Row] = []
+    results: dict[str, tuple[float, float]] = {}
+    runs = 1 if ctx.quick else ctx.runs
+    # One-at-a-time enqueue: the peers take turns, run by run (a slow moment of a shared
+    # machine then costs every library alike); the median of each is printed.
+    pushes: dict[str, list[float]] = {}
+    broken: dict[str, Exception] = {}
+    for r in range(ctx.runs + 1):  # round 0 warms up (500 jobs each)
+        for peer in peers:
+            if peer.name in broken:
+                continue
+            n = peer.drain_n or ctx.n
+            try:
+                _reset_peer_keys(ctx)
+                rate = peer.push(min(n, 500) if r == 0 else n)
+            except Exception as exc:  # reported in the peer's row below
+                broken[peer.name] = exc
+                continue
+            finally:
+                _reset_peer_keys(ctx)
+            if r:
+                pushes.setdefault(peer.name, []).append(rate)
+    for peer in peers:
+        n = peer.drain_n or ctx.n
+
+        def push_all(peer: Peer = peer, n: int = n) -> float:
+            _reset_peer_keys(ctx)
+            return peer.push(n)
+
+        def drain_one(peer: Peer = peer, n: int = n) -> float:
+            push_all(peer, n)
+            proc = spawn(peer.worker, worker_env(ctx))
+            try:
+                return _poll_drain(peer.pending, n, proc)
+            finally:
+                stop_tree(peer, proc)
+
+        try:
+            if peer.name in broken:
+                raise broken[peer.name]
+            enq = statistics.median(pushes[peer.name])
+            drained = median_of(runs, drain_one)
+        except Exception as exc:  # a peer's failure must not hide the others
+            rows.append(Row(f"peer {peer.name}: FAILED", type(exc).__name__, str(exc)[:80]))
+            continue
+        finally:
+            _reset_peer_keys(ctx)
+        results[peer.name] = (enq, drained)
+        rows.append(
+            Row(
+                f"peer {peer.name}: enqueue one at a time / drain",
+                f"{enq:,.0f} / {drained:,.0f} jobs/s",
+                peer.setting + (f", N={n:,}" if n != ctx.n else ""),
+            )
+        )
+    ours = results.get("tidings")
+    if ours:
+        for row in rows:
+            name = row.figure.removeprefix("peer ").partition(":")[0]
+            if name != "tidings" and name in results:
+                theirs = results[name]
+                row.ratio = f"{ours[0] / theirs[0]:.2f}x / {ours[1] / theirs[1]:.2f}x"
+
+    duration = 3.0 if ctx.quick else 5.0
+    latency: dict[str, tuple[float, float]] = {}
+    lat_rows: list[Row] = []
+    for peer in peers:
+        if peer.stamp is None:
+            continue
+        figure = f"peer {peer.name}: enqueue->start p50 / p99"
+        try:
+            values, count = _latency(ctx, peer, duration)
+            p50, p99 = _pcts(values)
+        except Exception as exc:
+            lat_rows.append(Row(f"{figure}: FAILED", type(exc).__name__, str(exc)[:80]))
+            continue
+        if len(values) < count:
+            ctx.notes.append(f"{peer.name} latency: only {len(values)} of {count} jobs started")
+        latency[peer.name] = (p50, p99)
+        lat_rows.append(
+            Row(
+                figure,
+                f"{p50:.2f} / {p99:.2f} ms",
+                f"{len(values)} jobs at {LATENCY_PER_S:.0f}/s; idle: {peer.idle_wait}",
+                goal="p99 <= huey's" if peer.name == "tidings" else "",
+            )
+        )
+    if "tidings" in latency:
+        for row in lat_rows:
+            name = row.figure.removeprefix("peer ").partition(":")[0]
+            if name != "tidings" and name in latency:
+                r = latency["tidings"][1] / latency[name][1]
+                row.ratio = f"{r:.2f}x p99" if r >= 0.01 else f"{r:.3f}x p99"
+    rows += lat_rows
+
+    hard = [f"{p.name} x{p.hard_stops}" for p in peers if p.hard_stops]
+    if hard:
+        ctx.notes.append(
+            "peer workers that did not exit on SIGTERM and were hard-stopped "
+            f"(SIGINT x5, then SIGKILL, by PID): {', '.join(hard)}"
+        )
+    versions = ", ".join(
+        f"{dist} {_version(dist)}"
+        for dist in ("huey", "dramatiq", "rq", "saq", "taskiq", "taskiq-redis")
+        if _version(dist) != "?"
+    )
+    ctx.notes.append(
+        "peer rows: drains timed by polling each library's own pending count, tidings too; "
+        "ratio = tidings / peer (enqueue, drain), tidings p99 / peer p99 (latency); "
+        f"latency after one warm-up job; {versions}"
+    )
+    return rows

@@ -1,0 +1,196 @@
+"""What the worker's parts share: options, the host contract, exit codes, Redis errors.
+
+:class:`~tidings.queue.worker.Worker` is assembled from mixins, one a concept (the map
+is in :mod:`tidings.queue.worker`), all subclasses of :class:`WorkerBase`, which sets up
+the whole state in one ``__init__`` and holds what every part calls: :meth:`~WorkerBase.stop`
+and :meth:`~WorkerBase._retrying` (a Redis move retried through an outage).
+
+Mixins rather than collaborator objects: every part reads the same few fields (the
+running jobs, the broker, the stop flag, the pending acks), and the per-job path stays
+plain ``self`` attribute access, with no object or call in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import redis.asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from tidings import _clock
+from tidings.queue.broker import Broker, Reserved
+from tidings.queue.health import ServerWatch
+from tidings.queue.job import Job
+from tidings.queue.payload import JobBody
+from tidings.queue.redis_queue import RedisQueue
+from tidings.queue.signing import Signer
+from tidings.queue.wakeup import Waiter
+
+log = logging.getLogger("tidings.worker")
+
+REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+# Replies that mean "not now" rather than "never": out of memory, a replica that was the
+# primary a moment ago, a failover or cluster resharding in progress, a busy script.
+_TRANSIENT_REPLIES = ("MASTERDOWN", "NOREPLICAS", "TRYAGAIN", "CLUSTERDOWN", "BUSY ")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a Redis error is worth retrying (connection trouble or a transient reply)."""
+    if isinstance(exc, (*REDIS_ERRORS, OutOfMemoryError, ReadOnlyError)):
+        return True
+    return isinstance(exc, ResponseError) and str(exc).startswith(_TRANSIENT_REPLIES)
+
+
+EXIT_MEMORY = 12
+EXIT_STUCK = 13
+EXIT_CONFIG = 78  # sysexits EX_CONFIG: e.g. a Redis too old to run on
+
+
+class WorkerHost(Protocol):
+    """What the worker needs from the App."""
+
+    signer: Signer
+
+    def queue_for(self, connection: str | None) -> RedisQueue: ...
+    def resolve_class(self, path: str) -> type[Any]: ...
+    def emit(self, event: object) -> None: ...
+    def run_job_pipeline(self, job: Job, call: Callable[[], Awaitable[Any]]) -> Awaitable[Any]: ...
+    async def after_success(self, job: Job, body: JobBody, queue: str) -> None: ...
+    async def after_failure(self, job: Job | None, body: JobBody, queue: str) -> None: ...
+
+    @property
+    def retry_after_s(self) -> float: ...
+    @property
+    def max_payload_bytes(self) -> int: ...
+
+
+@dataclass(slots=True)
+class WorkerOptions:
+    """``notify-worker`` options."""
+
+    queues: list[str] = field(default_factory=lambda: ["default"])
+    connection: str | None = None
+    concurrency: int = 16
+    once: bool = False
+    stop_when_empty: bool = False
+    max_jobs: int = 0
+    max_time_s: float = 0.0
+    memory_mb: float = 0.0
+    sleep_s: float = 3.0
+    timeout_s: float = 60.0
+    tries: int = 1
+    backoff_s: float = 0.0
+    rest_s: float = 0.0
+    grace_s: float = 30.0
+    fault_point: str | None = None
+
+
+def short_error(exc: BaseException) -> str:
+    """``Type: message``, cut to 500 characters, for logs and lifecycle events."""
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:  # a hostile __str__ must not break the worker's bookkeeping
+        text = f"{type(exc).__name__}: <str() failed>"
+    return text if len(text) <= 500 else text[:500] + "..."
+
+
+def reraise_cancel() -> None:
+    """Re-raise a cancellation that a library turned into another error.
+
+    redis-py's asyncio client may answer a cancellation in the middle of a command with
+    a ConnectionError; a loop that retries those would swallow the cancel and never end.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+@dataclass(slots=True)
+class RunningJob:
+    """A job reserved by this worker, and the task that runs it."""
+
+    reserved: Reserved
+    task: asyncio.Task[None] | None = None
+
+
+class WorkerBase:
+    """The worker's state, :meth:`stop`, and the Redis moves its parts share."""
+
+    broker: Broker  # set by run(), once connected
+    watch: ServerWatch  # set by the start-up checks
+
+    def __init__(self, host: WorkerHost, options: WorkerOptions) -> None:
+        self.host = host
+        self.opts = options
+        self.rq = host.queue_for(options.connection)
+        self.keys = [self.rq.keys(q) for q in options.queues]
+        self.signer = host.signer
+        self.exit_code = 0
+        self.processed = 0
+        self.reservations_lost = 0
+        self._lost: set[str] = set()  # running jobs whose lease loss was reported
+        self._running: dict[str, RunningJob] = {}
+        self._acks: dict[str, list[str]] = {}
+        self._ack_event = asyncio.Event()
+        # Held while a batch of acks is out: the final flush at exit waits for the ack
+        # loop's batch in flight instead of cancelling it (which left jobs reserved).
+        self._ack_lock = asyncio.Lock()
+        self._slot_free = asyncio.Event()
+        self._resume = asyncio.Event()
+        self._resume.set()
+        self._stopping = False
+        self._stop_reason = ""
+        self._signals = 0
+        self._executor = ThreadPoolExecutor(
+            max_workers=max(1, options.concurrency), thread_name_prefix="job"
+        )
+        self._started = _clock.monotonic()
+        self._restart_seen = 0.0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._client: redis.asyncio.Redis | None = None
+        self._blocking: redis.asyncio.Redis | None = None
+        self._waiter: asyncio.Future[Any] | None = None
+        self._wait: Waiter | None = None
+        self._interrupting: asyncio.Task[None] | None = None
+        self._wait_errors = 0
+        self._threads_busy = 0
+
+    def stop(self, reason: str = "stopped", code: int | None = None) -> None:
+        """Stop taking jobs; running ones finish (released after the grace period)."""
+        if code is not None and self.exit_code == 0:
+            self.exit_code = code
+        if not self._stopping:
+            self._stopping = True
+            self._stop_reason = reason
+            self._resume.set()
+            self._slot_free.set()
+
+    async def _retrying(self, op: Callable[[], Awaitable[Any]], *, limit_s: float = 60.0) -> Any:
+        """Run a Redis move, retrying through connection errors for up to ``limit_s``."""
+        delay = 0.05
+        deadline = _clock.monotonic() + limit_s
+        while True:
+            try:
+                return await op()
+            except (*REDIS_ERRORS, ResponseError) as exc:
+                reraise_cancel()
+                if not is_transient(exc):
+                    raise
+                if _clock.monotonic() > deadline:
+                    log.error("giving up on a Redis move after %ss: %s", limit_s, short_error(exc))
+                    return None
+                log.warning("redis unavailable (%s); retrying in %.2fs", short_error(exc), delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def _release_now(self, res: Reserved) -> None:
+        """Give a reserved job back, ready at once, without counting the attempt."""
+        k = self.rq.keys(res.queue)
+        await self._retrying(lambda: self.broker.release(k, res.id, 0, uncount=True))
