@@ -10,7 +10,9 @@ in the same run and on the same Redis:
 * **enqueue -> start latency**: as ``bench_queue.latency_rows`` measures tidings: one idle
   worker, 50 stamp jobs/s for 5 s (3 s with ``--quick``), each job appending
   ``time.time() - sent_at`` when it starts; p50 / p99. One warm-up stamp job is waited for
-  first (it proves the worker is consuming, whatever its start-up looks like).
+  first (it proves the worker is consuming, whatever its start-up looks like). The
+  libraries take turns for ``--runs`` rounds (one with ``--quick``), a fresh worker each
+  round, and each row pools the samples of its rounds.
 
 The peers' apps and jobs are built lazily in :mod:`benchmarks.bench_app`. Peers keep keys
 outside tidings' prefix (rq has no prefix at all) and are cleaned up with ``FLUSHDB``, so
@@ -498,19 +500,39 @@ def _measure(ctx: Ctx, peers: list[Peer]) -> list[Row]:
                 theirs = results[name]
                 row.ratio = f"{ours[0] / theirs[0]:.2f}x / {ours[1] / theirs[1]:.2f}x"
 
+    # Latency moves with the machine's phases even more than rates do: the peers take
+    # turns, round by round (a fresh worker each), and each row pools its rounds' samples.
     duration = 3.0 if ctx.quick else 5.0
+    rounds = 1 if ctx.quick else max(1, ctx.runs)
+    samples: dict[str, list[float]] = {}
+    sent: dict[str, int] = {}
+    failed: dict[str, Exception] = {}
+    for _ in range(rounds):
+        for peer in peers:
+            if peer.stamp is None or peer.name in failed:
+                continue
+            try:
+                values, count = _latency(ctx, peer, duration)
+            except Exception as exc:
+                failed[peer.name] = exc
+                continue
+            samples.setdefault(peer.name, []).extend(values)
+            sent[peer.name] = sent.get(peer.name, 0) + count
     latency: dict[str, tuple[float, float]] = {}
     lat_rows: list[Row] = []
     for peer in peers:
         if peer.stamp is None:
             continue
         figure = f"peer {peer.name}: enqueue->start p50 / p99"
-        try:
-            values, count = _latency(ctx, peer, duration)
-            p50, p99 = _pcts(values)
-        except Exception as exc:
+        if peer.name in failed:
+            exc = failed[peer.name]
             lat_rows.append(Row(f"{figure}: FAILED", type(exc).__name__, str(exc)[:80]))
             continue
+        values, count = samples.get(peer.name, []), sent.get(peer.name, 0)
+        if not values:
+            lat_rows.append(Row(f"{figure}: FAILED", "no samples"))
+            continue
+        p50, p99 = _pcts(values)
         if len(values) < count:
             ctx.notes.append(f"{peer.name} latency: only {len(values)} of {count} jobs started")
         latency[peer.name] = (p50, p99)
@@ -518,7 +540,8 @@ def _measure(ctx: Ctx, peers: list[Peer]) -> list[Row]:
             Row(
                 figure,
                 f"{p50:.2f} / {p99:.2f} ms",
-                f"{len(values)} jobs at {LATENCY_PER_S:.0f}/s; idle: {peer.idle_wait}",
+                f"{len(values)} jobs at {LATENCY_PER_S:.0f}/s in {rounds} round(s); "
+                f"idle: {peer.idle_wait}",
                 goal="p99 <= huey's" if peer.name == "tidings" else "",
             )
         )

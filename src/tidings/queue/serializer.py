@@ -44,6 +44,13 @@ Resolver = Callable[[str], type[Any]]
 _MAX_SAFE_INT = 2**53
 
 
+def _int(value: int) -> Any:
+    """An int as JSON keeps it exactly: beyond 2**53 (where doubles lose digits) as text."""
+    if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+        return value
+    return {"__t": "int", "v": str(value)}
+
+
 def class_path(cls: type[Any]) -> str:
     """The importable name of ``cls`` as ``module:QualName``.
 
@@ -110,29 +117,18 @@ class _Encoder:
             if kind == 1:  # None, bool, str
                 return value
             if kind == 2:  # int
-                if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
-                    return value
-                return {"__t": "int", "v": str(value)}
+                return _int(value)
             if kind == 3 and math.isfinite(value):  # float
                 return value
         elif cls in _DATACLASSES:  # a dataclass met before (so no other tag applies)
-            key = id(value)
-            if key in self._active:
-                raise _Unencodable("circular reference")
-            self._active.add(key)
-            try:
-                return self._dataclass(value, cls)
-            finally:
-                self._active.discard(key)
+            return self._guarded(self._dataclass, value, cls)
         if value is None or isinstance(value, bool):
             return value
         if isinstance(value, str) and not isinstance(value, enum.Enum):
             # A str-mixin Enum (StrEnum) is a str too: it must keep its type.
             return value
         if isinstance(value, int) and not isinstance(value, enum.Enum):
-            if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
-                return value
-            return {"__t": "int", "v": str(value)}
+            return _int(value)
         if isinstance(value, float):
             if not math.isfinite(value):
                 raise _Unencodable(f"float {value!r} has no JSON form")
@@ -155,13 +151,17 @@ class _Encoder:
             return {"__t": "uuid", "v": value.hex}
         if isinstance(value, (bytes, bytearray)):
             return {"__t": "b", "v": base64.b64encode(bytes(value)).decode("ascii")}
-        # Containers: guard against cycles, which JSON cannot express.
+        return self._guarded(self._container, value, cls)
+
+    def _guarded(self, encode: Callable[[Any, type], Any], value: Any, cls: type) -> Any:
+        """``encode(value, cls)`` for a container or dataclass, refusing cycles (JSON has
+        no way to express one)."""
         key = id(value)
         if key in self._active:
             raise _Unencodable("circular reference")
         self._active.add(key)
         try:
-            return self._container(value, cls)
+            return encode(value, cls)
         finally:
             self._active.discard(key)
 
