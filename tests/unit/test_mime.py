@@ -244,3 +244,60 @@ def test_a_non_ascii_local_part_is_a_validation_error() -> None:
     with pytest.raises(ValidationError) as info:
         prepare_envelope(msg, "d", "x@example.org")
     assert info.value.field == "to"
+
+
+# flatten_for_smtp: the SMTP transport's fast flattening, byte for byte the generator's.
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_fast_flattening_is_the_generators_output(case: str) -> None:
+    msg = ours(*CASES[case])
+    before = flatten_message(msg)
+    fast = mime.flatten_for_smtp(msg)
+    assert fast is not None and fast == before
+    assert flatten_message(msg) == before  # and the message is left as it was
+
+
+def test_fast_flattening_with_a_fresh_boundary_leaves_it_to_the_generator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    usual = ours("s", "n", "t", "h").get_boundary()
+    monkeypatch.setattr(mime.secrets, "token_hex", lambda n: "fresh")
+    msg = ours("s", "n", f"quoting {usual}", "<p>x</p>")
+    assert msg.get_boundary() == "=_fresh" and mime.flatten_for_smtp(msg) is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["long subject", "parsed header", "preamble", "payload", "attachment", "compat32 part"],
+)
+def test_fast_flattening_of_an_unusual_message_is_the_generators_or_none(change: str) -> None:
+    msg = ours(*CASES["ascii"])
+    if change == "long subject":
+        msg.replace_header("Subject", "word " * 30)
+    elif change == "parsed header":
+        msg["Comments"] = "a parsed, not a raw, header"
+    elif change == "preamble":
+        msg.preamble = "This is a MIME message."
+    elif change == "payload":
+        msg.get_payload()[1].set_payload("<p>changed\nby hand</p>")  # type: ignore[index]
+    elif change == "attachment":
+        msg = small(attachments=[Attachment(b"x", "x.bin", "application/octet-stream")])
+    else:
+        part = email.message.Message()
+        part.set_payload("old style")
+        msg.attach(part)  # type: ignore[arg-type]
+    fast = mime.flatten_for_smtp(msg)
+    assert fast is None or fast == flatten_message(msg)
+    if change in ("long subject", "parsed header", "payload"):
+        assert fast is not None  # still the fast path: only the header/payload differs
+    else:
+        assert fast is None
+
+
+def test_date_header_is_format_datetime_to_the_second() -> None:
+    from datetime import UTC, datetime
+    from email.utils import format_datetime
+
+    for stamp in (0.0, 59.999, 1_700_000_000.25, 1_700_000_000.75, 1_700_000_001.0, 4e9):
+        assert mime._date_header(stamp) == format_datetime(datetime.fromtimestamp(stamp, UTC))

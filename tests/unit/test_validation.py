@@ -242,3 +242,22 @@ def test_valid_addresses_are_remembered_and_refusals_are_not() -> None:
         with pytest.raises(ValidationError) as info:
             validate_email("nobody@localhost", field)
         assert info.value.field == field
+
+
+def test_sender_checks_are_remembered_but_refusals_are_not() -> None:
+    assert validate_sender("tidings@localhost") == validate_sender("tidings@localhost")
+    for _ in range(2):  # a refusal is raised every time, naming the field asked about
+        with pytest.raises(ValidationError) as info:
+            validate_sender("a@b.test\nX: y", "mail_from")
+        assert info.value.field == "mail_from"
+    with pytest.raises(ValidationError):
+        validate_sender(42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", ["plain ascii", "tab\there", "caf\u00e9", "x\u2028y", "\ufeff"])
+def test_printable_ascii_shortcut_agrees_with_the_full_check(value: str) -> None:
+    if value in ("plain ascii", "tab\there", "caf\u00e9"):
+        assert validate_header(value, "subject") == value
+    else:
+        with pytest.raises(ValidationError):
+            validate_header(value, "subject")

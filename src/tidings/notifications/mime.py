@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import re
 import secrets
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from email.headerregistry import Address, BaseHeader, HeaderRegistry
 from email.message import EmailMessage
+from email.policy import SMTP as SMTP_POLICY
 from email.policy import default as default_policy
 from email.utils import format_datetime, formataddr
 from typing import TYPE_CHECKING
@@ -50,7 +52,14 @@ from tidings.notifications.validation import (
 if TYPE_CHECKING:
     from tidings.notifications.messages import Attachment, RenderedMail
 
-__all__ = ["POLICY", "addresses", "build_email", "message_id_for", "prepare_envelope"]
+__all__ = [
+    "POLICY",
+    "addresses",
+    "build_email",
+    "flatten_for_smtp",
+    "message_id_for",
+    "prepare_envelope",
+]
 
 _MAX_LINE = 78  # RFC 5322's "SHOULD" line length; the stdlib folds and encodes at it
 _ADDRESS_HEADERS = {
@@ -106,6 +115,20 @@ _ENCODINGS = {
     cte: POLICY.header_factory("Content-Transfer-Encoding", cte)
     for cte in ("7bit", "8bit", "quoted-printable", "base64")
 }
+# What the SMTP generator writes for each shared header, folded once: id -> (header,
+# folded bytes), the header kept so its id cannot be reused. And the Content-Type of
+# each part kind: id -> (header, maintype, boundary or None).
+_FOLDED: dict[int, tuple[BaseHeader, bytes]] = {}
+_KNOWN_TYPES: dict[int, tuple[BaseHeader, str, str | None]] = {}
+for _header in (*_TEXT_TYPES.values(), *_ENCODINGS.values()):
+    _FOLDED[id(_header)] = (_header, SMTP_POLICY.fold_binary(_header.name, _header))
+for _header in _TEXT_TYPES.values():
+    _KNOWN_TYPES[id(_header)] = (_header, "text", None)
+for _boundary, _header in _MULTIPART_TYPES.values():
+    _FOLDED[id(_header)] = (_header, SMTP_POLICY.fold_binary(_header.name, _header))
+    _KNOWN_TYPES[id(_header)] = (_header, "multipart", _boundary)
+_NLCRE = re.compile(r"\r\n|\r|\n")  # the generator's line-ending pattern
+_BCC = frozenset({"bcc", "resent-bcc"})
 
 
 def addresses(value: str | Iterable[str], field_name: str) -> list[str]:
@@ -123,6 +146,18 @@ def message_id_for(delivery_id: str) -> str:
     return f"<{validate_delivery_id(delivery_id, 'message_id')}@tidings>"
 
 
+_last_date: tuple[int, str] = (-1, "")
+
+
+def _date_header(timestamp: float) -> str:
+    """RFC 5322 date of ``timestamp`` in UTC, to the second (the last one is remembered)."""
+    global _last_date
+    second = math.floor(timestamp)
+    if _last_date[0] != second:
+        _last_date = (second, format_datetime(datetime.fromtimestamp(second, UTC)))
+    return _last_date[1]
+
+
 def _set_header(msg: EmailMessage, name: str, value: str) -> None:
     """Store a validated header verbatim when it is short ASCII, else parse it (stdlib)."""
     if value.isascii() and len(name) + len(value) + 2 <= _MAX_LINE:
@@ -138,7 +173,7 @@ def _encode_text(text: str) -> tuple[str, str]:
     """
     lines = text.encode("utf-8").splitlines()
     data = b"\n".join(lines) + b"\n"
-    if max((len(line) for line in lines), default=0) <= _MAX_LINE:
+    if max(map(len, lines), default=0) <= _MAX_LINE:
         if data.isascii():
             return "7bit", data.decode("ascii")
         # Held as surrogate escapes, as the stdlib does: a 7-bit-only server gets it
@@ -229,7 +264,7 @@ def build_email(
     replies = addresses(reply_to, "reply_to")
     if replies:
         _set_header(msg, "Reply-To", ", ".join(replies))
-    _set_header(msg, "Date", format_datetime(datetime.fromtimestamp(_clock.now(), UTC)))
+    _set_header(msg, "Date", _date_header(_clock.now()))
     _set_header(msg, "Message-ID", message_id_for(message_id))
     for tag in tags:
         _set_header(msg, "X-Tag", validate_header(tag, "tag"))
@@ -352,3 +387,84 @@ def prepare_envelope(
     if "Message-ID" not in email:
         email["Message-ID"] = message_id
     return sender, recipients
+
+
+def _fold_smtp(name: str, value: str) -> bytes:
+    """One header as ``email.policy.SMTP``'s generator writes it (``fold_binary``)."""
+    if type(value) is str:
+        # Stored verbatim (set_raw): the policy writes short plain ASCII unchanged.
+        if (
+            value.isascii()
+            and value.isprintable()
+            and name.isascii()
+            and len(name) + len(value) + 2 <= _MAX_LINE
+        ):
+            return f"{name}: {value}\r\n".encode("ascii")
+    else:
+        known = _FOLDED.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
+    return SMTP_POLICY.fold_binary(name, value)
+
+
+def _flatten_part(part: EmailMessage, out: list[bytes], *, top: bool) -> bool:
+    """Append ``part`` as the SMTP generator writes it; False if it is not a known shape."""
+    content_type: object = None
+    headers: list[bytes] = []
+    for name, value in part.raw_items():
+        lowered = name.lower()
+        if top and lowered in _BCC:
+            continue
+        if content_type is None and lowered == "content-type":
+            content_type = value
+        headers.append(_fold_smtp(name, value))
+    known = _KNOWN_TYPES.get(id(content_type))
+    if known is None or known[0] is not content_type:
+        return False  # an attachment, a fresh boundary, a type set by hand: the generator
+    _, maintype, boundary = known
+    payload = part.__dict__.get("_payload")
+    if maintype == "text":
+        if type(payload) is not str:
+            return False
+        body = _NLCRE.sub("\r\n", payload).encode("ascii", "surrogateescape")
+        out += headers
+        out += (b"\r\n", body)
+        return True
+    if (
+        type(payload) is not list
+        or boundary is None
+        or part.preamble is not None
+        or part.epilogue is not None
+    ):
+        return False
+    out += headers
+    out.append(b"\r\n")
+    delimiter = f"--{boundary}\r\n".encode("ascii")
+    out.append(delimiter)
+    for index, child in enumerate(payload):
+        if index:
+            out += (b"\r\n", delimiter)
+        if not isinstance(child, EmailMessage) or not _flatten_part(child, out, top=False):
+            return False
+    out.append(f"\r\n--{boundary}--\r\n".encode("ascii"))
+    return True
+
+
+def flatten_for_smtp(email: EmailMessage) -> bytes | None:
+    """The bytes aiosmtplib's ``flatten_message(email)`` gives (8bit, no SMTPUTF8), faster.
+
+    That is the stdlib ``BytesGenerator`` under ``email.policy.SMTP`` with Bcc and
+    Resent-Bcc left out: CRLF line ends, headers folded at 78. This covers what
+    :func:`build_email` makes without attachments: headers stored verbatim (short
+    printable ASCII, written as is) or shared, pre-folded ones, text parts and
+    multiparts under this process's boundary. For any other message it returns
+    ``None`` and the caller uses the generator. The output is byte-for-byte the
+    generator's (the tests compare them).
+    """
+    out: list[bytes] = []
+    try:
+        if not _flatten_part(email, out, top=True):
+            return None
+    except (UnicodeError, ValueError, TypeError):
+        return None  # let the generator raise its own error
+    return b"".join(out)

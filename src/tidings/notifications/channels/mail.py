@@ -29,6 +29,7 @@ listed in :attr:`DeliveryResult.response` (retrying would duplicate it for the r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 import aiosmtplib
+from aiosmtplib.email import flatten_message, parse_address
 
 from tidings.errors import (
     ChannelError,
@@ -55,7 +57,7 @@ from tidings.notifications.channels.base import (
     safe_cause,
     shorten,
 )
-from tidings.notifications.mime import prepare_envelope
+from tidings.notifications.mime import flatten_for_smtp, prepare_envelope
 from tidings.notifications.net import dns_error
 from tidings.notifications.validation import validate_sender
 
@@ -183,10 +185,14 @@ class SmtpTransport:
         self._username, self._password = username, password
         self._tls, self._timeout_s = tls, timeout_s
         self._secrets = [password, f"{username}:{password}" if username else None]
-        try:
-            self._tls_context = ssl.create_default_context(cafile=tls_ca)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigurationError(f"cannot load CA bundle {tls_ca}: {exc}") from None
+        # Loading the system trust store takes ~25 ms: skip it when TLS is off (a CA
+        # bundle named anyway is still loaded, so a bad path is reported here).
+        self._tls_context: ssl.SSLContext | None = None
+        if tls != "off" or tls_ca is not None:
+            try:
+                self._tls_context = ssl.create_default_context(cafile=tls_ca)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigurationError(f"cannot load CA bundle {tls_ca}: {exc}") from None
         name = local_hostname or socket.gethostname()
         self._local_hostname = (
             name if name.isascii() and name.strip() == name and name else "localhost"
@@ -250,7 +256,7 @@ class SmtpTransport:
         assert smtp is not None
         try:
             async with asyncio.timeout(self._timeout_s):
-                return await smtp.send_message(email, sender=sender, recipients=recipients)
+                return await _send_message(smtp, email, sender, recipients)
         except (aiosmtplib.SMTPServerDisconnected, aiosmtplib.SMTPResponseException) as exc:
             code = getattr(exc, "code", None)
             dropped = isinstance(exc, aiosmtplib.SMTPServerDisconnected) or code == 421
@@ -260,7 +266,7 @@ class SmtpTransport:
         session.drop()
         session.smtp = smtp = await self._connect()
         async with asyncio.timeout(self._timeout_s):
-            return await smtp.send_message(email, sender=sender, recipients=recipients)
+            return await _send_message(smtp, email, sender, recipients)
 
     async def _connect(self) -> aiosmtplib.SMTP:
         smtp = aiosmtplib.SMTP(
@@ -306,6 +312,85 @@ class SmtpTransport:
         finally:
             for _ in range(self._pool):
                 self._slots.release()
+
+
+async def _send_message(
+    smtp: aiosmtplib.SMTP, email: EmailMessage, sender: str, recipients: list[str]
+) -> tuple[dict[str, aiosmtplib.SMTPResponse], str]:
+    """``smtp.send_message(email, sender=..., recipients=...)`` with less CPU per mail.
+
+    The same steps as aiosmtplib 5.1's ``send_message`` and ``sendmail``, through its
+    public commands: EHLO (HELO if refused) when the session has not greeted yet;
+    ``SMTPUTF8`` for a non-ASCII envelope (refused if the server lacks it);
+    ``BODY=8BITMIME`` when offered; Bcc left out of the data; every address checked
+    by aiosmtplib before anything is sent; ``SIZE=`` when offered; MAIL, one RCPT per
+    recipient (all refused -> ``SMTPRecipientsRefused``), DATA (which normalises line
+    ends and dot-stuffs); RSET after a refusal, so the session stays usable.
+
+    Two things differ: :func:`flatten_for_smtp` writes the generator's bytes for the
+    messages :func:`build_email` makes (others go through the generator), and the
+    ``SIZE=`` figure is counted (:func:`smtp_size`) instead of normalising the whole
+    message once more only to measure it.
+    """
+    if smtp.is_ehlo_or_helo_needed:
+        try:
+            await smtp.ehlo()
+        except aiosmtplib.SMTPHeloError:
+            if not smtp.is_connected:
+                raise
+            await smtp.helo()
+    options: list[str] = []
+    utf8 = not (sender.isascii() and all(r.isascii() for r in recipients))
+    if utf8:
+        if not smtp.supports_extension("smtputf8"):
+            raise aiosmtplib.SMTPNotSupported(
+                "An address containing non-ASCII characters was provided, but "
+                "SMTPUTF8 is not supported by this server"
+            )
+        options.append("SMTPUTF8")
+    eight_bit = smtp.supports_extension("8BITMIME")
+    if eight_bit:
+        options.append("BODY=8BITMIME")
+    data = flatten_for_smtp(email) if eight_bit and not utf8 else None
+    if data is None:
+        data = flatten_message(email, utf8=utf8, cte_type="8bit" if eight_bit else "7bit")
+    # A bad address must not leave a half-finished envelope on the server.
+    for address in (sender, *recipients):
+        parse_address(address)
+    if smtp.supports_extension("size"):
+        options.insert(0, f"size={smtp_size(data)}")
+    encoding = "utf-8" if utf8 else "ascii"
+    refused: list[aiosmtplib.SMTPRecipientRefused] = []
+    try:
+        await smtp.mail(sender, options=options, encoding=encoding)
+        for recipient in recipients:
+            try:
+                await smtp.rcpt(recipient, encoding=encoding)
+            except aiosmtplib.SMTPRecipientRefused as exc:
+                refused.append(exc)
+        if len(refused) == len(recipients):
+            raise aiosmtplib.SMTPRecipientsRefused(refused)
+        response = await smtp.data(data)
+    except (aiosmtplib.SMTPResponseException, aiosmtplib.SMTPRecipientsRefused):
+        # Reset the envelope; a dropped connection or a bad reply to RSET is not
+        # the error to report.
+        with contextlib.suppress(ConnectionError, aiosmtplib.SMTPResponseException):
+            await smtp.rset()
+        raise
+    errors = {exc.recipient: aiosmtplib.SMTPResponse(exc.code, exc.message) for exc in refused}
+    return errors, response.message
+
+
+def smtp_size(data: bytes) -> int:
+    """The ``SIZE=`` of ``data`` (RFC 1870): its length once every line ends in CRLF.
+
+    What aiosmtplib declares, ``len(normalize_message_line_endings(data))``, counted
+    without copying: a lone CR or LF becomes CRLF, and a CRLF is added at the end if
+    the data does not end with a line break.
+    """
+    crlf = data.count(b"\r\n")
+    size = len(data) + (data.count(b"\n") - crlf) + (data.count(b"\r") - crlf)
+    return size if data[-1:] in (b"\n", b"\r") else size + 2
 
 
 class _Session:
