@@ -249,25 +249,12 @@ for i in range(n):
 
 def _run_client(script: str, args: list[str], tally: _Tally, n: int) -> float:
     """Run a baseline client; per second from its start line to the sink's last arrival."""
-    tally.reset()
-    proc = subprocess.run(
-        [sys.executable, "-c", script, *args],
-        cwd=ROOT,
-        capture_output=True,
-        timeout=WORKER_TIMEOUT_S,
-        check=False,
-    )
-    if proc.returncode != 0:
-        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:]
-        raise RuntimeError(f"baseline client exited with {proc.returncode}: {tail}")
-    started = float(proc.stdout.split()[0])
-    _check_arrivals(tally, n, "baseline")
-    return rate(n, tally.last - started)
+    return _run_clients(script, [args], tally, n)
 
 
 def _run_clients(script: str, argvs: list[list[str]], tally: _Tally, n: int) -> float:
-    """Run several baseline clients at once; per second from the first one's start line to
-    the sink's last arrival (``n`` messages in all)."""
+    """Run baseline clients at once, each in its own process; per second from the first
+    one's start line (printed after its imports) to the sink's last arrival (``n`` in all)."""
     tally.reset()
     procs = [
         subprocess.Popen(
@@ -283,9 +270,9 @@ def _run_clients(script: str, argvs: list[list[str]], tally: _Tally, n: int) -> 
         out, err = proc.communicate(timeout=WORKER_TIMEOUT_S)
         if proc.returncode != 0:
             tail = err.decode(errors="replace").strip().splitlines()[-1:]
-            raise RuntimeError(f"ceiling client exited with {proc.returncode}: {tail}")
+            raise RuntimeError(f"baseline client exited with {proc.returncode}: {tail}")
         starts.append(float(out.split()[0]))
-    _check_arrivals(tally, n, "ceiling")
+    _check_arrivals(tally, n, "baseline")
     return rate(n, tally.last - min(starts))
 
 

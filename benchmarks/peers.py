@@ -28,7 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -220,10 +220,6 @@ def _peers(ctx: Ctx) -> tuple[list[Peer], list[str]]:
         incomplete = saq_queue.namespace("incomplete")  # a job leaves it when finished
         saq_loop = asyncio.new_event_loop()
 
-        def saq_close(q: Any = saq_queue, loop: asyncio.AbstractEventLoop = saq_loop) -> None:
-            loop.run_until_complete(q.disconnect())
-            loop.close()
-
         peers.append(
             Peer(
                 "saq",
@@ -234,7 +230,7 @@ def _peers(ctx: Ctx) -> tuple[list[Peer], list[str]]:
                 stamp=lambda sent_at: saq_queue.enqueue("saq_stamp", sent_at=sent_at),
                 loop=saq_loop,
                 idle_wait="BLMOVE x10",
-                close=saq_close,
+                close=_closing(saq_loop, saq_queue.disconnect),
             )
         )
     except ImportError:
@@ -250,10 +246,6 @@ def _peers(ctx: Ctx) -> tuple[list[Peer], list[str]]:
                 if _text(group["name"]) == tq_broker.consumer_group_name:
                     return int(group["lag"]) + int(group["pending"])
             raise RuntimeError(f"taskiq: no consumer group on {stream}")
-
-        def tq_close(br: Any = tq_broker, loop: asyncio.AbstractEventLoop = tq_loop) -> None:
-            loop.run_until_complete(br.shutdown())
-            loop.close()
 
         peers.append(
             Peer(
@@ -272,7 +264,7 @@ def _peers(ctx: Ctx) -> tuple[list[Peer], list[str]]:
                 loop=tq_loop,
                 # The stream's consumer group reads from "$": declare it before pushing.
                 prepare=tq_broker.startup,
-                close=tq_close,
+                close=_closing(tq_loop, tq_broker.shutdown),
                 stop_grace_s=3.0,
                 idle_wait="XREADGROUP BLOCK 2000",
             )
@@ -280,6 +272,18 @@ def _peers(ctx: Ctx) -> tuple[list[Peer], list[str]]:
     except ImportError:
         missing.append("taskiq taskiq-redis")
     return peers, missing
+
+
+def _closing(
+    loop: asyncio.AbstractEventLoop, shutdown: Callable[[], Awaitable[Any]]
+) -> Callable[[], None]:
+    """A peer's ``close``: run its async ``shutdown`` on its loop, then close the loop."""
+
+    def close() -> None:
+        loop.run_until_complete(shutdown())
+        loop.close()
+
+    return close
 
 
 def _reset_peer_keys(ctx: Ctx) -> None:

@@ -27,15 +27,6 @@ def new_id() -> str:
     return f"{_ids.getrandbits(128):032x}"
 
 
-_PATHS: dict[type[Any], str] = {}
-
-
-def _class_path(cls: type[Any]) -> str:
-    path = _PATHS.get(cls)
-    if path is None:
-        path = _PATHS[cls] = serializer.class_path(cls)
-    return path
-
 
 def _retry_until(value: Any) -> float | None:
     if value is None:
@@ -64,7 +55,7 @@ def build_body(job: Job, job_id: str, chain: list[Any] | None = None) -> JobBody
     return {
         "uuid": job_id,
         "displayName": job.display_name(),
-        "job": _class_path(type(job)),
+        "job": serializer.class_path(type(job)),
         "data": serializer.encode(job),
         "maxTries": option(src, "tries"),
         "maxExceptions": option(src, "max_exceptions"),

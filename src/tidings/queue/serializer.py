@@ -51,13 +51,24 @@ def _int(value: int) -> Any:
     return {"__t": "int", "v": str(value)}
 
 
+_CLASS_PATHS: dict[type[Any], str] = {}
+
+
 def class_path(cls: type[Any]) -> str:
-    """The importable name of ``cls`` as ``module:QualName``.
+    """The importable name of ``cls`` as ``module:QualName`` (worked out once per class:
+    every dispatch asks for its job's).
 
     Raises:
         SerializationError: the class cannot be imported by a worker (defined inside a
             function, or in a ``__main__`` script).
     """
+    path = _CLASS_PATHS.get(cls)
+    if path is None:
+        path = _CLASS_PATHS[cls] = _importable_name(cls)
+    return path
+
+
+def _importable_name(cls: type[Any]) -> str:
     module = cls.__module__
     if module == "__main__":
         spec = getattr(sys.modules["__main__"], "__spec__", None)
@@ -90,16 +101,15 @@ class _Unencodable(Exception):
         self.parts: list[str] = []
 
 
-# Per dataclass: its field names and its class path (the encoder's hot path).
-_DATACLASSES: dict[type[Any], tuple[tuple[str, ...], str]] = {}
+# Per dataclass: its field names (the encoder's hot path).
+_DATACLASSES: dict[type[Any], tuple[str, ...]] = {}
 
 
-def _dataclass_info(cls: type[Any]) -> tuple[tuple[str, ...], str]:
-    info = _DATACLASSES.get(cls)
-    if info is None:
-        names = tuple(f.name for f in dataclasses.fields(cls))
-        info = _DATACLASSES[cls] = (names, class_path(cls))
-    return info
+def _field_names(cls: type[Any]) -> tuple[str, ...]:
+    names = _DATACLASSES.get(cls)
+    if names is None:
+        names = _DATACLASSES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 _FAST: dict[type[Any], int] = {type(None): 1, bool: 1, str: 1, int: 2, float: 3}
@@ -187,8 +197,9 @@ class _Encoder:
         return out
 
     def _dataclass(self, value: Any, cls: type[Any]) -> dict[str, Any]:
-        names, path = _dataclass_info(cls)
-        return {"__t": "dc", "c": path, "f": self._fields((n, getattr(value, n)) for n in names)}
+        names = _field_names(cls)
+        fields = self._fields((n, getattr(value, n)) for n in names)
+        return {"__t": "dc", "c": class_path(cls), "f": fields}
 
     def _container(self, value: Any, cls: type[Any]) -> Any:
         if isinstance(value, list):

@@ -30,26 +30,27 @@ def parse_keys(spec: str) -> list[bytes]:
 class Signer:
     """Signs with the first key; verifies against any."""
 
-    __slots__ = ("_keys", "_macs")
+    __slots__ = ("_macs",)
 
     def __init__(self, keys: Sequence[bytes]) -> None:
-        self._keys = list(keys)
         # One keyed HMAC per key, copied per message: the key schedule and the digest
         # lookup are paid once, not on every job (which, on a cold CPU after an idle
         # wait, is most of a signature's cost).
-        self._macs = [hmac.new(k, digestmod=hashlib.sha256) for k in self._keys]
+        self._macs = [hmac.new(k, digestmod=hashlib.sha256) for k in keys]
 
     def sign(self, body: bytes) -> str:
         """Hex HMAC-SHA256 of ``body``."""
-        mac = self._macs[0].copy()
-        mac.update(body)
-        return mac.hexdigest()
+        return _hex(self._macs[0], body)
 
     def verify(self, body: bytes, signature: bytes) -> bool:
         """Constant-time check of ``signature`` (hex) against every key."""
         ok = False
         for base in self._macs:
-            mac = base.copy()
-            mac.update(body)
-            ok |= hmac.compare_digest(mac.hexdigest().encode(), signature)
+            ok |= hmac.compare_digest(_hex(base, body).encode(), signature)
         return ok
+
+
+def _hex(base: hmac.HMAC, body: bytes) -> str:
+    mac = base.copy()
+    mac.update(body)
+    return mac.hexdigest()

@@ -153,11 +153,11 @@ class WorkerBase:
         )
         self._started = _clock.monotonic()
         self._restart_seen = 0.0
-        self._tasks: set[asyncio.Task[Any]] = set()
         self._client: redis.asyncio.Redis | None = None
         self._blocking: redis.asyncio.Redis | None = None
         self._waiter: asyncio.Future[Any] | None = None
         self._wait: Waiter | None = None
+        # Holds the task that ends a blocking wait on stop (asyncio keeps only weak refs).
         self._interrupting: asyncio.Task[None] | None = None
         self._wait_errors = 0
         self._threads_busy = 0
