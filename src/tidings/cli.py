@@ -139,6 +139,12 @@ def install_output(app: App, *, json_logs: bool) -> None:
     "--timeout", default=60.0, show_default=True, help="Default job timeout (s); 0 = none."
 )
 @click.option("--tries", default=1, show_default=True, help="Default tries; 0 = unlimited.")
+@click.option(
+    "--max-stalls",
+    default=3,
+    show_default=True,
+    help="How often a job's lease may expire (worker died or froze) before it fails.",
+)
 @click.option("--backoff", default=0.0, show_default=True, help="Default retry delay (s).")
 @click.option("--rest", default=0.0, help="Pause after each job (s).")
 @click.option(
@@ -173,6 +179,7 @@ def main(ctx: click.Context, /, app_spec: str | None, **opts: Any) -> None:
         sleep_s=opts["sleep"],
         timeout_s=opts["timeout"],
         tries=opts["tries"],
+        max_stalls=opts["max_stalls"],
         backoff_s=opts["backoff"],
         rest_s=opts["rest"],
         grace_s=opts["grace"],

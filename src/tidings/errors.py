@@ -12,6 +12,7 @@ Users catch these; nothing from redis-py, aiosmtplib or httpx leaks past a bound
     │                             not allowed, unknown class); never retried
     ├── JobTimeout                a job ran past its ``timeout``
     ├── MaxAttemptsExceeded       a job was reserved more times than it may be tried
+    ├── JobStalled                a job's lease expired more often than max_stalls allows
     ├── BatchClosed               jobs added to a batch that finished or does not exist
     ├── ValidationError           an address, header, number or URL is invalid (permanent)
     ├── TemplateError             a mail template failed to render (permanent)
@@ -75,6 +76,13 @@ class JobTimeout(TidingsError):
 
 class MaxAttemptsExceeded(TidingsError):
     """A job was reserved more times than its ``tries`` allow."""
+
+    permanent = True
+
+
+class JobStalled(TidingsError):
+    """A job's lease expired more often than its ``max_stalls`` allows (its worker died
+    or froze past ``retry_after`` each time); it goes to the failed store unrun."""
 
     permanent = True
 

@@ -82,7 +82,9 @@ class Job:
     Option class attributes (or methods returning them): ``connection``, ``queue``,
     ``delay`` (seconds or timedelta), ``tries``, ``backoff`` (seconds, a list per attempt
     or :class:`~tidings.queue.backoff.Exponential`), ``timeout``, ``retry_until``
-    (datetime, timedelta or seconds from dispatch), ``max_exceptions``; for unique and
+    (datetime, timedelta or seconds from dispatch), ``max_exceptions``, ``max_stalls``
+    (how often its lease may expire, its worker dead or frozen, before it fails as
+    "stalled N times"; None: the worker's ``--max-stalls``, default 3); for unique and
     debounced jobs ``unique_for``, ``unique_until``, ``debounce_for``,
     ``debounce_max_wait`` with :meth:`unique_id` (see :mod:`tidings.queue.unique`).
     """
@@ -95,6 +97,7 @@ class Job:
     timeout: ClassVar[float | None] = None
     retry_until: ClassVar[Any] = None
     max_exceptions: ClassVar[int | None] = None
+    max_stalls: ClassVar[int | None] = None
     unique_for: ClassVar[float | None] = None
     unique_until: ClassVar[str] = "completion"
     debounce_for: ClassVar[float | None] = None

@@ -8,7 +8,12 @@ slot and runs unchanged on Redis Cluster::
     {prefix}:queue:{Q}:reserved       zset id -> lease expiry (ms, Redis TIME)
     {prefix}:queue:{Q}:notify         list of wake-up tokens for blocking pops
     {prefix}:queue:{Q}:jobs           hash id -> signed envelope (the body, never rewritten)
-    {prefix}:queue:{Q}:attempts       hash id -> reservations so far, id:e -> exceptions
+    {prefix}:queue:{Q}:attempts       hash id -> reservations so far, id:e -> exceptions,
+                                      id:t -> token of the current reservation,
+                                      id:s -> stalls (leases that expired)
+    {prefix}:queue:{Q}:tokens         counter handing out reservation tokens
+    {prefix}:queue:{Q}:rcpt:<what>    receipt of a move, so a re-sent one changes nothing
+                                      (pop:<worker>, ack:<worker>, <token>)
     {prefix}:queue:{Q}:done           zset id -> finish time (bounded, for job_status)
     {prefix}:queue:{Q}:failed         zset id -> failure time
     {prefix}:queue:{Q}:failed:info    hash id -> JSON {exception, name, queue, attempts}
@@ -36,6 +41,7 @@ class QueueKeys:
     failed: str
     failed_info: str
     failed_body: str
+    tokens: str
 
     @classmethod
     def build(cls, prefix: str, name: str) -> QueueKeys:
@@ -53,7 +59,12 @@ class QueueKeys:
             failed=f"{base}:failed",
             failed_info=f"{base}:failed:info",
             failed_body=f"{base}:failed:body",
+            tokens=f"{base}:tokens",
         )
+
+    def receipt(self, what: str) -> str:
+        """The receipt key of a move: ``pop:<worker>``, ``ack:<worker>`` or a token."""
+        return f"{self.ready}:rcpt:{what}"
 
 
 def restart_key(prefix: str) -> str:

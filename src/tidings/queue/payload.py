@@ -28,6 +28,8 @@ Optional fields (absent on plain jobs; see :mod:`tidings.queue.batch` and
 ``batch``          the id of the batch the job belongs to
 ``batchCallback``  the id of the batch whose then/catch/finally callback this job is
 ``unique``         the unique lock name, when the lock is freed as the job starts
+``maxStalls``      how often the job's lease may expire before it fails unrun (None or
+                   absent: the worker's ``--max-stalls``)
 
 ``attempts`` is not in the body: the scripts count it beside it, so Lua never rewrites a
 signed body.
@@ -66,6 +68,7 @@ class JobBody(TypedDict):
     batch: NotRequired[str]
     batchCallback: NotRequired[str]
     unique: NotRequired[str]
+    maxStalls: NotRequired[int]
 
 
 _REQUIRED: dict[str, tuple[type, ...]] = {

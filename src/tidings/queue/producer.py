@@ -52,7 +52,7 @@ def build_body(job: Job, job_id: str, chain: list[Any] | None = None) -> JobBody
         SerializationError: the job holds a value with no queued form.
     """
     src = job.option_source()
-    return {
+    body: JobBody = {
         "uuid": job_id,
         "displayName": job.display_name(),
         "job": serializer.class_path(type(job)),
@@ -66,6 +66,10 @@ def build_body(job: Job, job_id: str, chain: list[Any] | None = None) -> JobBody
         "chain": chain or [],
         "chainCatch": None,
     }
+    max_stalls = option(src, "max_stalls")
+    if max_stalls is not None:
+        body["maxStalls"] = int(max_stalls)
+    return body
 
 
 def prepare(

@@ -160,9 +160,13 @@ class RedisQueue:
         with _guard(f"push to {queue!r}"):
             if delay_s > 0:
                 args = [int(delay_s * 1000), *self._push_args(items)]
-                lane.call(scripts.LATER, [k.delayed, k.notify, k.jobs], args)
+                lane.call(scripts.LATER, [k.delayed, k.notify, k.jobs, k.done, k.failed], args)
             else:
-                lane.call(scripts.PUSH, [k.ready, k.notify, k.jobs], self._push_args(items))
+                lane.call(
+                    scripts.PUSH,
+                    [k.ready, k.notify, k.jobs, k.done, k.failed],
+                    self._push_args(items),
+                )
 
     def _lane(self) -> Any:
         """The fast lane for script calls (the ordinary client for Redis Cluster)."""
@@ -185,10 +189,12 @@ class RedisQueue:
         async with _aguard(f"push to {queue!r}"):
             if delay_s > 0:
                 args = [int(delay_s * 1000), *self._push_args(items)]
-                await scripts.LATER.acall(client, [k.delayed, k.notify, k.jobs], args)
+                await scripts.LATER.acall(
+                    client, [k.delayed, k.notify, k.jobs, k.done, k.failed], args
+                )
             else:
                 await scripts.PUSH.acall(
-                    client, [k.ready, k.notify, k.jobs], self._push_args(items)
+                    client, [k.ready, k.notify, k.jobs, k.done, k.failed], self._push_args(items)
                 )
 
     # -- operating -------------------------------------------------------------------

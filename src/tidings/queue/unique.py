@@ -125,6 +125,7 @@ def _prepare(app: Any, pending: PendingDispatch, guard: Guard) -> _Prepared:
         ]
         return _Prepared(rq, queue, job_id, envelope, delay, DEBOUNCE_PUSH, keys, args)
     keys = [k.ready, k.delayed, k.notify, k.jobs, unique_key(rq.prefix, queue, guard.name)]
+    keys += [k.done, k.failed]  # a re-sent push of a job that already ran is refused
     args = [job_id, envelope, int(delay * 1000), max(1, int(guard.window_s * 1000))]
     return _Prepared(rq, queue, job_id, envelope, delay, UNIQUE_PUSH, keys, args)
 

@@ -86,6 +86,9 @@ class WorkerOptions:
     sleep_s: float = 3.0
     timeout_s: float = 60.0
     tries: int = 1
+    max_stalls: int = 3
+    """How often a job's lease may expire (its worker died or froze) before the job goes
+    to the failed store unrun, as "stalled N times" (a job's ``max_stalls`` wins)."""
     backoff_s: float = 0.0
     rest_s: float = 0.0
     grace_s: float = 30.0
@@ -137,7 +140,7 @@ class WorkerBase:
         self.reservations_lost = 0
         self._lost: set[str] = set()  # running jobs whose lease loss was reported
         self._running: dict[str, RunningJob] = {}
-        self._acks: dict[str, list[str]] = {}
+        self._acks: dict[str, list[tuple[str, int]]] = {}  # queue -> [(id, token)]
         self._ack_event = asyncio.Event()
         # Held while a batch of acks is out: the final flush at exit waits for the ack
         # loop's batch in flight instead of cancelling it (which left jobs reserved).
@@ -193,4 +196,31 @@ class WorkerBase:
     async def _release_now(self, res: Reserved) -> None:
         """Give a reserved job back, ready at once, without counting the attempt."""
         k = self.rq.keys(res.queue)
-        await self._retrying(lambda: self.broker.release(k, res.id, 0, uncount=True))
+        await self._retrying(lambda: self.broker.release(k, res, 0, uncount=True))
+
+    def _reservation_lost(self, res: Reserved, what: str) -> None:
+        """Log (once per job) that ``res`` was handed out again: ``what`` was refused."""
+        from tidings.queue.events import ReservationLost
+
+        if res.id in self._lost:
+            return
+        self._lost.add(res.id)
+        self.reservations_lost += 1
+        log.warning(
+            "reservation lost for %s: its lease expired and it was handed out again; "
+            "%s refused, the new holder's run goes on",
+            res.id,
+            what,
+        )
+        self.host.emit(ReservationLost(res.id, res.queue))
+
+    async def _still_held(self, res: Reserved, what: str) -> bool:
+        """Renew ``res``'s lease, checking that its token is still the job's; False
+        (and logged) when the job was handed out again. Workflow moves (chain links,
+        batch counts) run only after this check, with a fresh lease."""
+        k = self.rq.keys(res.queue)
+        lost = await self._retrying(lambda: self.broker.extend(k, [(res.id, res.token)]))
+        if lost:
+            self._reservation_lost(res, what)
+            return False
+        return True

@@ -20,7 +20,6 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from tidings.queue import scripts
-from tidings.queue.broker import pop_result
 from tidings.queue.worker_base import REDIS_ERRORS, is_transient, short_error
 from tidings.queue.worker_jobs import JobRunner
 
@@ -164,7 +163,7 @@ class Fetcher(JobRunner):
         self._wait_errors = 0
         if not self._wait.pipelines or raw is None:
             return None
-        res = pop_result(self.keys[0], raw)
+        res = self.broker.read_pop(self.keys[0], raw)
         if self._stopping:
             for job in res.jobs:  # reserved as the wait was ended: give them back
                 await self._release_now(job)

@@ -27,7 +27,13 @@ import traceback
 from typing import Any
 
 from tidings import _clock
-from tidings.errors import JobTimeout, MaxAttemptsExceeded, PayloadRejected, SerializationError
+from tidings.errors import (
+    JobStalled,
+    JobTimeout,
+    MaxAttemptsExceeded,
+    PayloadRejected,
+    SerializationError,
+)
 from tidings.queue import serializer
 from tidings.queue.backoff import delay_for
 from tidings.queue.broker import Reserved
@@ -101,6 +107,17 @@ class JobRunner(WorkerBase):
             await self._fail(res, body, None, exc, t0)
             return
         max_tries = body["maxTries"] if body["maxTries"] is not None else self.opts.tries
+        if res.stalls:
+            max_stalls = body.get("maxStalls")
+            if not isinstance(max_stalls, int) or isinstance(max_stalls, bool):
+                max_stalls = self.opts.max_stalls
+            if res.stalls > max_stalls:
+                stalled = JobStalled(
+                    f"stalled {res.stalls} times (max_stalls {max_stalls}): its lease expired "
+                    "each time, as when a worker dies or freezes past retry_after"
+                )
+                await self._fail(res, body, job, stalled, t0)
+                return
         until = body["retryUntil"]
         if until is not None and _clock.now() > until:
             await self._fail(res, body, job, MaxAttemptsExceeded("retry_until has passed"), t0)
@@ -133,9 +150,12 @@ class JobRunner(WorkerBase):
         if run.failed_exc is not None:
             await self._fail(res, body, job, run.failed_exc, t0)
         elif run.released_s is not None:
-            await self._retrying(
-                lambda: self.broker.release(k, res.id, run.released_s or 0.0, uncount=run.uncount)
+            done = await self._retrying(
+                lambda: self.broker.release(k, res, run.released_s or 0.0, uncount=run.uncount)
             )
+            if done == -1:
+                self._reservation_lost(res, "its release")
+                return
             self.host.emit(
                 JobReleased(
                     res.id,
@@ -148,9 +168,14 @@ class JobRunner(WorkerBase):
                 )
             )
         else:
-            # Chains and batches advance before the ack (see tidings.queue.workflow).
+            # Chains and batches advance before the ack (see tidings.queue.workflow), and
+            # only while this worker still holds the job (a fresh lease, token checked).
+            if (body["chain"] or body.get("batch")) and not await self._still_held(
+                res, "its chain and batch moves and its ack"
+            ):
+                return
             await self._retrying(lambda: self.host.after_success(job, body, res.queue))
-            self._acks.setdefault(res.queue, []).append(res.id)
+            self._acks.setdefault(res.queue, []).append((res.id, res.token))
             self._ack_event.set()
             self.host.emit(
                 JobProcessed(res.id, res.queue, name, res.attempts, _clock.monotonic() - t0)
@@ -211,7 +236,10 @@ class JobRunner(WorkerBase):
         if hinted:
             delay = max(delay, float(hinted))
         k = self.rq.keys(res.queue)
-        await self._retrying(lambda: self.broker.release(k, res.id, delay, exception=True))
+        done = await self._retrying(lambda: self.broker.release(k, res, delay, exception=True))
+        if done == -1:
+            self._reservation_lost(res, "its release for a retry")
+            return
         self.host.emit(
             JobReleased(
                 res.id,
@@ -235,6 +263,10 @@ class JobRunner(WorkerBase):
         name: str | None = None,
     ) -> None:
         display = name or (body["displayName"] if body else "(unknown)")
+        # A stale holder must not run failed(), a chain's catch or a batch's failure count
+        # for a job that was handed out again: check the token (and renew) first.
+        if not await self._still_held(res, "its failure"):
+            return
         if job is not None:
             try:
                 out = job.failed(exc)
@@ -251,7 +283,10 @@ class JobRunner(WorkerBase):
         if body is not None:
             await self._retrying(lambda: self.host.after_failure(job, body, res.queue))
         k = self.rq.keys(res.queue)
-        await self._retrying(lambda: self.broker.fail(k, res.id, info))
+        moved = await self._retrying(lambda: self.broker.fail(k, res, info))
+        if moved is False:
+            self._reservation_lost(res, "its move to the failed store")
+            return
         self.host.emit(
             JobFailed(
                 res.id,

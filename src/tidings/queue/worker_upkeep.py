@@ -55,9 +55,10 @@ class Upkeep(WorkerBase):
         async with self._ack_lock:
             while self._acks:
                 batch, self._acks = self._acks, {}
-                for queue, ids in batch.items():
-                    lost = int(await self._ack(queue, ids) or 0)
+                for queue, jobs in batch.items():
+                    lost = int(await self._ack(queue, jobs) or 0)
                     # Jobs whose loss a lease renewal already reported count once.
+                    ids = [job_id for job_id, _ in jobs]
                     known = sum(1 for i in ids if i in self._lost)
                     self._lost.difference_update(ids)
                     lost = max(0, lost - known)
@@ -65,15 +66,16 @@ class Upkeep(WorkerBase):
                         self.reservations_lost += lost
                         log.warning(
                             "reservation lost for %d of %d acked jobs on %r: their lease had "
-                            "expired, so they may have run elsewhere too",
+                            "expired and they were handed out again; the ack was refused",
                             lost,
                             len(ids),
                             queue,
                         )
 
-    async def _ack(self, queue: str, ids: list[str]) -> Any:
+    async def _ack(self, queue: str, jobs: list[tuple[str, int]]) -> Any:
         k = self.rq.keys(queue)
-        return await self._retrying(lambda: self.broker.ack(k, ids))
+        seq = self.broker.ack_seq()  # the same for every re-send of this batch
+        return await self._retrying(lambda: self.broker.ack(k, jobs, seq))
 
     async def _housekeeping(self) -> None:
         lease_every = max(0.2, self.host.retry_after_s / 3)
@@ -97,9 +99,9 @@ class Upkeep(WorkerBase):
                 self.stop("--max-time reached")
 
     async def _renew_leases(self) -> None:
-        by_queue: dict[str, list[str]] = {}
+        by_queue: dict[str, list[tuple[str, int]]] = {}
         for job_id, entry in list(self._running.items()):
-            by_queue.setdefault(entry.reserved.queue, []).append(job_id)
+            by_queue.setdefault(entry.reserved.queue, []).append((job_id, entry.reserved.token))
         for queue, ids in by_queue.items():
             lost = await self.broker.extend(self.rq.keys(queue), ids)
             if len(self._lost) > 10_000:  # ids of lost jobs later released, not acked
@@ -109,7 +111,11 @@ class Upkeep(WorkerBase):
                     continue  # reported at an earlier renewal
                 self._lost.add(job_id)
                 self.reservations_lost += 1
-                log.warning("reservation lost for %s: it may run elsewhere too", job_id)
+                log.warning(
+                    "reservation lost for %s: its lease expired and it was handed out "
+                    "again; it may run elsewhere too (its moves will be refused)",
+                    job_id,
+                )
                 self.host.emit(ReservationLost(job_id, queue))
 
     async def _check_restart(self, *, initial: bool = False) -> None:

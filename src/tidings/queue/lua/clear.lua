@@ -12,6 +12,6 @@ if #ids < chunk then
 end
 for _, id in ipairs(ids) do
   redis.call('HDEL', KEYS[3], id)
-  redis.call('HDEL', KEYS[4], id, id .. ':e')
+  redis.call('HDEL', KEYS[4], id, id .. ':e', id .. ':t', id .. ':s')
 end
 return #ids

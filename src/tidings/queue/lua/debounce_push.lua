@@ -15,7 +15,7 @@ local replaced = ''
 if cur and redis.call('ZSCORE', KEYS[1], cur) then
   redis.call('ZREM', KEYS[1], cur)
   redis.call('HDEL', KEYS[3], cur)
-  redis.call('HDEL', KEYS[4], cur, cur .. ':e')
+  redis.call('HDEL', KEYS[4], cur, cur .. ':e', cur .. ':t', cur .. ':s')
   first = tonumber(redis.call('HGET', KEYS[5], 'first')) or now
   replaced = cur
 end

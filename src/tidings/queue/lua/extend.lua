@@ -1,18 +1,25 @@
--- extend: renew the leases of jobs still running.
--- KEYS[1] reserved zset
--- ARGV[1] lease in ms   ARGV[2..] job ids
--- Returns the ids whose reservation was already gone (lease lost).
+-- extend: renew the leases of jobs still running, each only while its token matches.
+-- KEYS[1] reserved zset   KEYS[2] attempts hash
+-- ARGV[1] lease in ms   ARGV[2..] id1, token1, id2, token2, ...
+-- Returns the ids whose reservation was lost (the token no longer matches: the job was
+-- handed out again, or settled); their new holder's lease is left alone.
+-- A job whose lease expired but that no one reserved again (its token still matches) is
+-- reserved again: the copy that the expiry put back on the ready list is then dropped by
+-- pop as a duplicate of a job being run.
+-- Run twice: the lease ends at now + lease either way.
 -- ZREM before ZADD: at maxmemory (noeviction) Redis refuses a script whose *first* write
 -- may grow memory (ZADD) but lets it finish once it has written; ZREM never grows
 -- memory, so leases are still renewed while the queue is full.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lost = {}
-for i = 2, #ARGV do
-  if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then
-    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[i])
+for i = 2, #ARGV, 2 do
+  local id = ARGV[i]
+  if redis.call('HGET', KEYS[2], id .. ':t') == ARGV[i + 1] then
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), id)
   else
-    lost[#lost + 1] = ARGV[i]
+    lost[#lost + 1] = id
   end
 end
 return lost

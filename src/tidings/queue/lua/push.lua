@@ -1,12 +1,21 @@
 -- push: store job bodies and append their ids to the ready list.
 -- KEYS[1] ready list   KEYS[2] notify list   KEYS[3] jobs hash (id -> envelope)
+-- KEYS[4] done zset    KEYS[5] failed zset
 -- ARGV    id1, body1, id2, body2, ...
 -- Returns the number of jobs pushed.
+-- Run twice (a producer re-sending a push whose reply was lost): an id that is queued,
+-- running, done or failed already is not pushed again, so it lands once.
 local n = 0
 for i = 1, #ARGV, 2 do
-  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
-  redis.call('RPUSH', KEYS[1], ARGV[i])
-  n = n + 1
+  local id = ARGV[i]
+  if redis.call('HSETNX', KEYS[3], id, ARGV[i + 1]) == 1 then
+    if redis.call('ZSCORE', KEYS[4], id) or redis.call('ZSCORE', KEYS[5], id) then
+      redis.call('HDEL', KEYS[3], id)
+    else
+      redis.call('RPUSH', KEYS[1], id)
+      n = n + 1
+    end
+  end
 end
 -- One wake-up token per job, capped: enough to wake every idle worker, never unbounded.
 local have = redis.call('LLEN', KEYS[2])

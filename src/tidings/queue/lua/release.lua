@@ -1,13 +1,28 @@
--- release: put a reserved job back, now or after a delay.
+-- release: put a reserved job back, now or after a delay, while its token matches.
 -- KEYS[1] ready list   KEYS[2] delayed zset   KEYS[3] reserved zset
 -- KEYS[4] notify list  KEYS[5] jobs hash      KEYS[6] attempts hash
+-- KEYS[7] the receipt of this move ({prefix}:queue:{Q}:rcpt:<token>)
 -- ARGV[1] job id   ARGV[2] delay ms   ARGV[3] 1 = give the attempt back (middleware release)
 -- ARGV[4] 1 = the release follows an exception (counts toward maxExceptions)
--- Returns 1, or 0 when the job no longer exists (finished by another worker).
+-- ARGV[5] the reservation token
+-- Returns 1, 0 when the job no longer exists, or -1 when the reservation was lost (the
+-- job was handed out again or settled elsewhere: nothing is changed).
+-- Run twice: the receipt of the first run answers the second, so an exception is counted
+-- and an attempt given back once.
+local rcpt = redis.call('GET', KEYS[7])
+if rcpt then return tonumber(rcpt) end
 local id = ARGV[1]
 if redis.call('HEXISTS', KEYS[5], id) == 0 then return 0 end
-redis.call('ZREM', KEYS[3], id)
-if ARGV[3] == '1' then redis.call('HINCRBY', KEYS[6], id, -1) end
+if redis.call('HGET', KEYS[6], id .. ':t') ~= ARGV[5] then return -1 end
+if redis.call('ZREM', KEYS[3], id) == 0 then
+  -- The lease had expired and pop put the id back on the ready list (no one reserved it
+  -- since, or the token would differ): take that copy out, or it would skip the delay.
+  redis.call('LREM', KEYS[1], 0, id)
+end
+redis.call('HDEL', KEYS[6], id .. ':t')
+if ARGV[3] == '1' and tonumber(redis.call('HGET', KEYS[6], id) or '0') > 0 then
+  redis.call('HINCRBY', KEYS[6], id, -1)
+end
 if ARGV[4] == '1' then redis.call('HINCRBY', KEYS[6], id .. ':e', 1) end
 local delay = tonumber(ARGV[2])
 if delay > 0 then
@@ -18,4 +33,5 @@ else
   redis.call('RPUSH', KEYS[1], id)
 end
 if redis.call('LLEN', KEYS[4]) < 64 then redis.call('RPUSH', KEYS[4], '1') end
+redis.call('SET', KEYS[7], 1, 'PX', 600000)
 return 1

@@ -1,12 +1,19 @@
 -- unique_push: push a unique job only when no job holds its unique lock.
 -- KEYS[1] ready list   KEYS[2] delayed zset   KEYS[3] notify list   KEYS[4] jobs hash
--- KEYS[5] unique lock ({prefix}:queue:{Q}:unique:<name>)
+-- KEYS[5] unique lock ({prefix}:queue:{Q}:unique:<name>)   KEYS[6] done zset
+-- KEYS[7] failed zset
 -- ARGV[1] job id   ARGV[2] envelope   ARGV[3] delay ms   ARGV[4] lock expiry ms
 -- Returns {1, id} when pushed, {0, holder id} when dropped because a job holds the lock.
 -- A lock whose holder no longer exists (finished without unlocking, or cleared) is taken
 -- over, so a crash can block a unique id for no longer than it takes to notice.
+-- Run twice (a re-sent dispatch whose reply was lost): the job holding the lock, or
+-- already done or failed, is this very id, so the answer is {1, id} again and nothing
+-- is pushed twice.
 local id = ARGV[1]
 local holder = redis.call('GET', KEYS[5])
+if holder == id or redis.call('ZSCORE', KEYS[6], id) or redis.call('ZSCORE', KEYS[7], id) then
+  return {1, id}
+end
 if holder and redis.call('HEXISTS', KEYS[4], holder) == 1 then
   return {0, holder}
 end
