@@ -137,13 +137,15 @@ def test_f12_every_worker_move_runs_at_the_limit(
             popped = await b.pop(k, 4)
             out["popped"] = len(popped.jobs)
             ids = [j.id for j in popped.jobs]
+            held = [(j.id, j.token) for j in popped.jobs]
             before = float(r.zscore(k.reserved, ids[0]) or 0)
             await asyncio.sleep(0.01)
-            out["lost_on_extend"] = await b.extend(k, ids)
+            out["lost_on_extend"] = await b.extend(k, held)
             out["renewed"] = float(r.zscore(k.reserved, ids[0]) or 0) > before
-            out["released"] = await b.release(k, ids[1], 5.0)
-            await b.fail(k, ids[2], {"exception": "x", "name": "Record", "attempts": 1})
-            out["ack_lost"] = await b.ack(k, [ids[0], ids[3]])
+            out["released"] = await b.release(k, popped.jobs[1], 5.0) == 1
+            info = {"exception": "x", "name": "Record", "attempts": 1}
+            await b.fail(k, popped.jobs[2], info)
+            out["ack_lost"] = await b.ack(k, [held[0], held[3]], b.ack_seq())
             return out
         finally:
             await client.aclose()

@@ -20,7 +20,8 @@ import orjson
 import pytest
 import redis
 
-from tidings.queue.broker import Broker, PopResult
+from tidings.queue import scripts
+from tidings.queue.broker import Broker, PopResult, Reserved
 from tidings.queue.connection import async_client
 from tidings.queue.keys import QueueKeys
 from tidings.queue.payload import JobBody, open_envelope, seal
@@ -64,6 +65,18 @@ def run(
 
 def pop(rq: RedisQueue, n: int = 1, **kw: Any) -> PopResult:
     return run(rq, lambda b: b.pop(rq.keys("default"), n), **kw)
+
+
+def held(rq: RedisQueue, job_id: str) -> Reserved:
+    """``job_id`` as its current holder knows it (the token of its reservation)."""
+    raw = rq.client.hget(rq.keys("default").attempts, f"{job_id}:t")
+    return Reserved(job_id, "default", 0, 0, b"", int(raw) if raw else 0)
+
+
+def ack(rq: RedisQueue, ids: list[str]) -> int:
+    """Ack ``ids`` as their current holders."""
+    jobs = [(i, held(rq, i).token) for i in ids]
+    return run(rq, lambda b: b.ack(rq.keys("default"), jobs, b.ack_seq()))
 
 
 def envelope(**data: Any) -> tuple[str, bytes]:
@@ -144,7 +157,7 @@ def test_push_pop_ack(rq: RedisQueue) -> None:
     assert r.exists(k.notify) == 0  # list drained: stale tokens removed
     assert last.wait_s is not None and 0 < last.wait_s <= LEASE_S  # until the first lease ends
 
-    lost = run(rq, lambda b: b.ack(k, [i for i, _ in items]))
+    lost = ack(rq, [i for i, _ in items])
     assert lost == 0
     assert r.zcard(k.reserved) == 0
     assert r.hlen(k.jobs) == 0
@@ -152,7 +165,7 @@ def test_push_pop_ack(rq: RedisQueue) -> None:
     assert r.zcard(k.done) == 3
     assert rq.status(items[0][0], ["default"]) == "done"
     # An ack for a job no longer reserved reports it as lost.
-    assert run(rq, lambda b: b.ack(k, [items[0][0]])) == 1
+    assert ack(rq, [items[0][0]]) == 1
 
     empty = pop(rq, 5)
     assert empty.jobs == [] and empty.wait_s is None and empty.dropped == 0
@@ -232,7 +245,7 @@ def test_release_now_later_uncounted_and_after_exception(rq: RedisQueue) -> None
     assert pop(rq).jobs[0].attempts == 1
 
     # Release now: to the back of the ready list, the attempt stays counted.
-    assert run(rq, lambda b: b.release(k, job_id, 0)) is True
+    assert run(rq, lambda b: b.release(k, held(rq, job_id), 0)) == 1
     assert r.zscore(k.reserved, job_id) is None
     assert r.lrange(k.ready, 0, -1) == [other[0].encode(), job_id.encode()]
     res = pop(rq, 2)
@@ -240,7 +253,7 @@ def test_release_now_later_uncounted_and_after_exception(rq: RedisQueue) -> None
 
     # Release with a delay: onto the delayed zset, due at Redis now + delay.
     before = redis_ms(r)
-    assert run(rq, lambda b: b.release(k, job_id, 0.3)) is True
+    assert run(rq, lambda b: b.release(k, held(rq, job_id), 0.3)) == 1
     score = r.zscore(k.delayed, job_id)
     assert score is not None and before + 300 <= score <= redis_ms(r) + 300
     assert pop(rq).jobs == []
@@ -252,18 +265,18 @@ def test_release_now_later_uncounted_and_after_exception(rq: RedisQueue) -> None
     assert res.jobs[0].attempts == 3
 
     # Release uncounted (middleware: rate limit, overlap): the attempt is given back.
-    assert run(rq, lambda b: b.release(k, job_id, 0, uncount=True)) is True
+    assert run(rq, lambda b: b.release(k, held(rq, job_id), 0, uncount=True)) == 1
     assert pop(rq).jobs[0].attempts == 3
 
     # Release after an exception: counts toward maxExceptions.
-    assert run(rq, lambda b: b.release(k, job_id, 0, exception=True)) is True
+    assert run(rq, lambda b: b.release(k, held(rq, job_id), 0, exception=True)) == 1
     again = pop(rq).jobs[0]
     assert (again.attempts, again.exceptions) == (4, 1)
 
     # A job that finished elsewhere cannot be released back to life.
-    run(rq, lambda b: b.ack(k, [job_id]))
-    assert run(rq, lambda b: b.release(k, job_id, 0)) is False
-    assert run(rq, lambda b: b.release(k, "f" * 32, 0)) is False
+    ack(rq, [job_id])
+    assert run(rq, lambda b: b.release(k, held(rq, job_id), 0)) == 0
+    assert run(rq, lambda b: b.release(k, held(rq, "f" * 32), 0)) == 0
     assert r.llen(k.ready) == 0 and r.zcard(k.delayed) == 0
 
 
@@ -272,7 +285,13 @@ def test_release_now_later_uncounted_and_after_exception(rq: RedisQueue) -> None
 
 def _fail(rq: RedisQueue, job_id: str, text: str = "boom", body: bytes = b"") -> None:
     info = {"exception": text, "name": "T", "queue": "default", "attempts": 1}
-    run(rq, lambda b: b.fail(k_of(rq), job_id, info, body))
+    if body:  # an operator's move (no reservation): the given body is kept
+        k = k_of(rq)
+        keys = [k.reserved, k.jobs, k.attempts, k.failed, k.failed_info, k.failed_body]
+        keys.append(k.receipt("-"))
+        scripts.FAIL.call(rq.client, keys, [job_id, orjson.dumps(info), body, ""])
+        return
+    run(rq, lambda b: b.fail(k_of(rq), held(rq, job_id), info))
 
 
 def test_fail_moves_reserved_to_the_failed_store(rq: RedisQueue) -> None:
@@ -309,7 +328,7 @@ def test_retry_forget_prune_flush(rq: RedisQueue) -> None:
     items = [envelope(n=i) for i in range(4)]
     rq.push("default", items)
     pop(rq, 4)
-    run(rq, lambda b: b.release(k, items[0][0], 0, exception=True))  # counters to reset
+    run(rq, lambda b: b.release(k, held(rq, items[0][0]), 0, exception=True))  # counters to reset
     pop(rq)
     for job_id, _ in items:
         _fail(rq, job_id)
@@ -334,9 +353,10 @@ def test_retry_forget_prune_flush(rq: RedisQueue) -> None:
     assert rq.prune(3600) == 0  # all failed just now
     assert rq.retry(None) == 2  # --all
     assert {j.id for j in pop(rq, 5).jobs} == {items[2][0], items[3][0]}
-    for job_id, _ in items[1:]:
+    for job_id, _ in items[2:]:
         _fail(rq, job_id)
-    assert rq.prune(-1) == 3  # everything failed before "now + 1 s"
+    _fail(rq, items[1][0])  # forgotten, held by no one: refused, no record (no empty body)
+    assert rq.prune(-1) == 2  # everything failed before "now + 1 s"
     _fail(rq, items[0][0])
     assert rq.flush() == 1
     assert rq.failed() == []
@@ -353,16 +373,20 @@ def test_extend_renews_leases_and_returns_lost_ids(rq: RedisQueue) -> None:
     rq.push("default", [a, b])
     res = pop(rq, 2, lease_s=1.0)
     first = r.zscore(k.reserved, a[0])
-    lost = run(rq, lambda br: br.extend(k, [a[0], b[0], "9" * 32]), lease_s=30.0)
+    tokens = {j.id: j.token for j in res.jobs}
+    jobs = [(a[0], tokens[a[0]]), (b[0], tokens[b[0]]), ("9" * 32, 1)]
+    lost = run(rq, lambda br: br.extend(k, jobs), lease_s=30.0)
     assert lost == ["9" * 32]
     renewed = r.zscore(k.reserved, a[0])
     assert renewed is not None and first is not None
     assert renewed >= res.now_s * 1000 + 30_000 > first
-    run(rq, lambda br: br.ack(k, [a[0]]))
-    assert run(rq, lambda br: br.extend(k, [a[0], b[0]])) == [a[0]]
+    ack(rq, [a[0]])
+    assert run(rq, lambda br: br.extend(k, jobs[:2])) == [a[0]]
+    # A stale token (the job was handed out again) renews nothing.
+    assert run(rq, lambda br: br.extend(k, [(b[0], tokens[b[0]] - 1)])) == [b[0]]
 
 
-def test_expired_lease_is_migrated_and_counted_again(rq: RedisQueue) -> None:
+def test_expired_lease_is_migrated_and_counted_as_a_stall(rq: RedisQueue) -> None:
     k, r = k_of(rq), rq.client
     job_id, env = envelope()
     rq.push("default", [(job_id, env)])
@@ -376,7 +400,10 @@ def test_expired_lease_is_migrated_and_counted_again(rq: RedisQueue) -> None:
         time.sleep(0.02)
         res = pop(rq)
     assert res.now_s * 1000 >= score
-    assert (res.jobs[0].id, res.jobs[0].attempts, res.jobs[0].envelope) == (job_id, 2, env)
+    again = res.jobs[0]
+    # A stall, not an attempt: the attempt is given back, the stall counted, a new token.
+    assert (again.id, again.attempts, again.stalls, again.envelope) == (job_id, 1, 1, env)
+    assert again.token > first.token
 
 
 # -- B1: malformed entries go to the failed store inside pop -------------------------------------
@@ -493,10 +520,10 @@ def test_bodies_are_byte_exact_through_every_move(rq: RedisQueue) -> None:
     assert drain(lease_s=0.2) == want  # push -> pop
     assert drain() == want  # expired leases -> migrate -> pop
     for job_id in want:
-        run(rq, lambda b, i=job_id: b.release(k, i, 0.05))
+        run(rq, lambda b, i=job_id: b.release(k, held(rq, i), 0.05))
     assert drain() == want  # release -> delayed -> promote -> pop
     for job_id in want:
-        run(rq, lambda b, i=job_id: b.release(k, i, 0))
+        run(rq, lambda b, i=job_id: b.release(k, held(rq, i), 0))
     assert drain() == want  # release now -> pop
     for job_id in want:
         _fail(rq, job_id)
@@ -514,11 +541,13 @@ def test_bodies_are_byte_exact_through_every_move(rq: RedisQueue) -> None:
 def test_duplicate_ids_in_one_pop_run_once(rq: RedisQueue) -> None:
     """Documented outcome: two byte-identical entries (same id) in the ready list share
     one body; the first is reserved, the second is dropped (counted in ``dropped``) while
-    the first is reserved, and dropped as stale once it finished. The job runs once."""
+    the first is reserved, and dropped as stale once it finished. The job runs once.
+    (A push of the same id twice lands it once; the second entry is put there by hand.)"""
     k, r = k_of(rq), rq.client
     job = envelope()
     rq.push("default", [job, job])
-    assert (r.llen(k.ready), r.hlen(k.jobs)) == (2, 1)
+    assert (r.llen(k.ready), r.hlen(k.jobs)) == (1, 1)
+    r.rpush(k.ready, job[0])
     res = pop(rq, 5)
     assert ([j.id for j in res.jobs], res.dropped) == ([job[0]], 1)
     assert r.llen(k.ready) == 0
@@ -527,11 +556,12 @@ def test_duplicate_ids_in_one_pop_run_once(rq: RedisQueue) -> None:
 def test_duplicate_id_popped_while_reserved_or_after_ack(rq: RedisQueue) -> None:
     k = k_of(rq)
     job = envelope()
-    rq.push("default", [job, job])
+    rq.push("default", [job])
+    rq.client.rpush(k.ready, job[0])
     assert [j.id for j in pop(rq, 1).jobs] == [job[0]]
     res = pop(rq, 1)  # the copy while the first is reserved
     assert (res.jobs, res.dropped) == ([], 1)
-    run(rq, lambda b: b.ack(k, [job[0]]))
+    ack(rq, [job[0]])
     rq.client.rpush(k.ready, job[0])  # a copy seen after the ack: a stale id
     res = pop(rq, 1)
     assert (res.jobs, res.dropped) == ([], 1)

@@ -15,12 +15,20 @@ Modes:
     close_after  forward ``close_after_bytes`` more bytes per connection (both directions
                  together, counted from the moment the mode is set or the connection
                  opens), then close both sides with FIN.
+
+Independently of the mode, :meth:`FaultProxy.drop_replies` arms "the command ran, its
+reply was lost": a client chunk holding a marker (e.g. a Lua script's SHA, so
+``EVALSHA <sha>``) is forwarded to Redis, and the next reply bytes on that connection
+are thrown away and the connection aborted (RST), as when a network drops the answer.
+Redis answers only after it ran every command of a chunk it read, so the command did
+run. ``drops`` counts the replies dropped per marker name.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import socket
 import struct
 import threading
@@ -42,6 +50,7 @@ class _Link:
         self.upstream: asyncio.StreamWriter | None = None
         self.budget = budget
         self.closed = False
+        self.drop_pending: str | None = None
         self.task: asyncio.Task[None] | None = asyncio.current_task()
 
 
@@ -66,6 +75,11 @@ class FaultProxy:
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
         self._flowing: asyncio.Event | None = None
+        self._drop_markers: dict[str, bytes] = {}
+        self._drop_left: dict[str, int] = {}
+        self._drop_rate = 0.0
+        self._drop_rng = random.Random(0)
+        self.drops: dict[str, int] = {}
 
     # -- control (any thread) -------------------------------------------------------------
 
@@ -95,6 +109,35 @@ class FaultProxy:
             self._mode = mode
             return
         asyncio.run_coroutine_threadsafe(self._apply(mode), self._loop).result(timeout=5)
+
+    def drop_replies(
+        self,
+        markers: dict[str, bytes],
+        *,
+        count: int = 0,
+        rate: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        """Drop the reply of commands whose chunk holds one of ``markers`` (name ->
+        bytes): the next ``count`` such commands of each name, or each with probability
+        ``rate`` (seeded); ``markers={}`` stops dropping."""
+        self._drop_markers = dict(markers)
+        self._drop_left = {name: count for name in markers}
+        self._drop_rate = rate
+        self._drop_rng = random.Random(seed)
+
+    def _arm(self, link: _Link, data: bytes) -> None:
+        if link.drop_pending is not None or not self._drop_markers:
+            return
+        for name, marker in self._drop_markers.items():
+            if marker not in data:
+                continue
+            if self._drop_left.get(name, 0) > 0:
+                self._drop_left[name] -= 1
+            elif not (self._drop_rate and self._drop_rng.random() < self._drop_rate):
+                continue
+            link.drop_pending = name
+            return
 
     @property
     def connections_active(self) -> int:
@@ -238,6 +281,15 @@ class FaultProxy:
                     last = len(data) >= link.budget
                     data = data[: link.budget]
                     link.budget -= len(data)
+                if not upstream and link.drop_pending is not None and data:
+                    # The command ran (Redis answers a chunk after running all of it):
+                    # lose its answer and the connection, as a broken network would.
+                    name, link.drop_pending = link.drop_pending, None
+                    self.drops[name] = self.drops.get(name, 0) + 1
+                    self._abort(link)
+                    return
+                if upstream and data:
+                    self._arm(link, data)
                 if data and not link.closed:
                     # Count first: the peer may observe the bytes before drain() returns.
                     if upstream:
