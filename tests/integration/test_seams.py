@@ -130,6 +130,13 @@ def work(app: App, until: Callable[[], object], timeout_s: float = 20.0) -> Work
 
 
 def drop(proxy: FaultProxy, script: scripts.LuaScript, count: int = 1) -> None:
+    """Drop the next ``count`` replies of ``script`` (loaded first, so the EVALSHA that
+    ran is the one whose reply is lost, not a NOSCRIPT answer)."""
+    client = redis.Redis(host=proxy.target_host, port=proxy.target_port)
+    try:
+        client.script_load(script.source)
+    finally:
+        client.close()
     proxy.drop_replies({script.name: script.sha.encode()}, count=count)
 
 
