@@ -112,3 +112,38 @@ class Timed(Job):
         pipe.hset(key("start_ms"), self.id, now)
         pipe.hincrby(key("exec"), self.id, 1)
         await pipe.execute()
+
+
+@dataclass
+class Plain(Job):
+    """Marks its start, sleeps ``seconds``, records its execution; the worker's default
+    tries (1) and max_stalls, so a stall must not be mistaken for a failed attempt.
+    ``fail_after_first``: every run after the first raises (and fails: tries 1)."""
+
+    id: str
+    seconds: float = 0.0
+    fail_after_first: bool = False
+
+    async def handle(self) -> None:
+        a = account()
+        pipe = a.pipeline(transaction=False)
+        pipe.hincrby(key("started"), self.id, 1)
+        pipe.hset(key("pid"), self.id, os.getpid())
+        started = (await pipe.execute())[0]
+        if started > 1 and self.fail_after_first:
+            raise ValueError(f"run {started} of {self.id} fails")
+        await asyncio.sleep(self.seconds)
+        await a.hincrby(key("exec"), self.id, 1)
+
+
+@dataclass
+class Poison(Job):
+    """Kills the worker running it, every time (a segfaulting C extension, say)."""
+
+    id: str
+    tries = 0  # unlimited tries: only max_stalls bounds its runs
+    max_stalls = 2
+
+    async def handle(self) -> None:
+        await account().hincrby(key("started"), self.id, 1)
+        os.kill(os.getpid(), 9)
