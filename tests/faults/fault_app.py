@@ -147,3 +147,30 @@ class Poison(Job):
     async def handle(self) -> None:
         await account().hincrby(key("started"), self.id, 1)
         os.kill(os.getpid(), 9)
+
+
+@dataclass
+class Rec(Job):
+    """The fault-schedule checker's plain job: logs ``id pid arg`` at each start (the
+    argument, to prove a retried job runs with it), then counts its completion."""
+
+    id: str
+    arg: str
+
+    async def handle(self) -> None:
+        a = account()
+        await a.rpush(key("log"), f"{self.id} {os.getpid()} {self.arg}")
+        await a.hincrby(key("exec"), self.id, 1)
+
+
+@dataclass
+class Flaky(Job):
+    """The checker's failing job: logs its start and raises, every time; tries 3."""
+
+    id: str
+    arg: str
+    tries = 3
+
+    async def handle(self) -> None:
+        await account().rpush(key("log"), f"{self.id} {os.getpid()} {self.arg}")
+        raise RuntimeError(f"flaky {self.id}")

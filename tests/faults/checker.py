@@ -1,0 +1,459 @@
+"""The fault-schedule checker (issue 11): real workers, real Redis, a seeded schedule of
+faults, and every job's outcome accounted for by id.
+
+One :class:`Checker` owns a private redis-server (AOF, ``appendfsync always``), a
+:class:`~tests.support.FaultProxy` in front of it, and ``notify-worker`` processes
+(``tests.faults.fault_app:app``) that reach Redis through the proxy; job accounting goes
+to a separate Redis the faults never touch. :meth:`Checker.run_seed` then, for one seed:
+
+1. arms the proxy to drop, with a seeded probability, the replies of some move kinds
+   (push, pop, ack, release, fail, extend) after the command ran;
+2. produces ``Rec`` jobs (they log ``id pid arg`` and count their completion) and
+   ``Flaky`` jobs (tries 3, always raise) through the proxy, re-sending a push that
+   failed with the same id and envelope, as a careful producer does;
+3. meanwhile applies the seed's faults: SIGKILL a worker (a new one starts), SIGSTOP one
+   past its lease then SIGCONT, SIGKILL Redis and start it again on its AOF, reset every
+   proxied connection;
+4. waits until every job settled, retries one failed job, and checks the invariants:
+
+   * every dispatched job ends done or failed, never both, never neither;
+   * a job none of whose runs was on a killed or frozen worker ran exactly once (Rec)
+     or exactly ``tries`` times (Flaky), and its failed record counts those attempts;
+   * every run saw the arguments it was dispatched with; the failed store holds the
+     envelope byte for byte; a retried job runs again with its arguments;
+   * no worker logged an internal error.
+
+``python -m tests.faults.checker --seeds 1000`` (or ``benchmarks/checker.py``) runs a
+soak and prints the seed of any violation; ``--seed N`` replays one. The test suite runs
+a few seeds (tests/faults/test_checker.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import redis  # noqa: E402
+
+from tests.faults.fault_app import Flaky, Rec  # noqa: E402
+from tests.support import FaultProxy, RedisServer  # noqa: E402
+from tidings import App, Job  # noqa: E402
+from tidings.errors import QueueUnavailable  # noqa: E402
+from tidings.queue import scripts  # noqa: E402
+from tidings.queue.job import PendingDispatch  # noqa: E402
+from tidings.queue.producer import prepare  # noqa: E402
+from tidings.queue.redis_queue import RedisQueue  # noqa: E402
+
+KEY = "checker-key-0123456789abcdef-0123456"
+MODULE = "tests.faults.fault_app"
+LEASE_S = 1.5
+FLAKY_TRIES = 3
+KINDS: dict[str, scripts.LuaScript] = {
+    "push": scripts.PUSH,
+    "pop": scripts.POP,
+    "ack": scripts.ACK,
+    "release": scripts.RELEASE,
+    "fail": scripts.FAIL,
+    "extend": scripts.EXTEND,
+}
+FAULTS = ("kill", "stop", "restart", "reset")
+NOTIFY_WORKER = str(Path(sys.executable).parent / "notify-worker")
+
+
+@dataclass
+class Outcome:
+    """What one seed did and found."""
+
+    seed: int
+    jobs: int
+    faults: list[str]
+    drops: dict[str, int]
+    violations: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class _Sent:
+    name: str
+    arg: str
+    envelope: bytes
+    flaky: bool
+
+
+class Checker:
+    """A queue Redis behind a proxy, workers, and the per-seed schedule (module doc)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        account_url: str,
+        *,
+        workers: int = 2,
+        concurrency: int = 4,
+        on_worker: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    ) -> None:
+        self.workdir = workdir
+        self.server = RedisServer(workdir / "queue")
+        self.server.start()
+        self.proxy = FaultProxy(self.server.host, self.server.port)
+        self.proxy.start()
+        self.prefix = f"chk{os.getpid()}"
+        self.acct_prefix = f"{self.prefix}:acct"
+        self.acct = redis.Redis.from_url(account_url)
+        self.direct = RedisQueue(self.server.url, self.prefix)
+        self.concurrency = concurrency
+        self.on_worker = on_worker
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("TIDINGS_")}
+        self.env.update(
+            PYTHONPATH=str(ROOT),
+            PYTHONUNBUFFERED="1",
+            TIDINGS_REDIS_URL=self.proxy.url(),
+            TIDINGS_KEY=KEY,
+            TIDINGS_PREFIX=self.prefix,
+            TIDINGS_RETRY_AFTER=str(LEASE_S),
+            TIDINGS_ALLOWED_MODULES=MODULE,
+            TIDINGS_TEST_ACCOUNT_URL=account_url,
+            TIDINGS_TEST_ACCOUNT_PREFIX=self.acct_prefix,
+        )
+        self.app = App(
+            env=False,
+            redis_url=self.proxy.url(),
+            key=KEY,
+            prefix=self.prefix,
+            retry_after=LEASE_S,
+            allowed_modules=MODULE,
+        )
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.retired: list[subprocess.Popen[bytes]] = []
+        self._n = 0
+        self.drops_total: dict[str, int] = {}
+        for _ in range(workers):
+            self._start_worker()
+
+    # -- processes --------------------------------------------------------------------
+
+    def _start_worker(self) -> subprocess.Popen[bytes]:
+        self._n += 1
+        cmd = [NOTIFY_WORKER, "-A", f"{MODULE}:app", "--sleep", "1"]
+        cmd += ["--concurrency", str(self.concurrency), "--grace", "5"]
+        with open(self.workdir / f"worker-{self._n}.log", "ab") as log:
+            proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=ROOT,
+                start_new_session=True,
+            )
+        self.workers.append(proc)
+        if self.on_worker is not None:
+            self.on_worker(proc)
+        return proc
+
+    def close(self) -> None:
+        """Stop every worker (by PID), the proxy and the server."""
+        for p in self.workers:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(signal.SIGCONT)
+                    p.send_signal(signal.SIGTERM)
+        for p in self.workers + self.retired:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+        self.app.close()
+        self.direct.close()
+        self.acct.close()
+        self.proxy.stop()
+        self.server.close()
+
+    def worker_logs(self) -> str:
+        out = []
+        for path in sorted(self.workdir.glob("worker-*.log")):
+            out.append(path.read_text(errors="replace"))
+        return "\n".join(out)
+
+    # -- one seed ---------------------------------------------------------------------
+
+    def _push(self, job: Job) -> tuple[str, bytes]:
+        queue, job_id, envelope, _ = prepare(
+            PendingDispatch(job), self.app.signer, max_bytes=self.app.max_payload_bytes
+        )
+        rq = self.app.queue_for(None)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                rq.push(queue, [(job_id, envelope)])
+                return job_id, envelope
+            except QueueUnavailable:
+                # The push may have landed: send the very same id and envelope again.
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def _load_scripts(self) -> None:
+        client = self.direct.client
+        for script in KINDS.values():
+            client.script_load(script.source)
+
+    def run_seed(self, seed: int) -> Outcome:
+        """Run seed ``seed``'s schedule and check the invariants (module doc)."""
+        t_start = time.monotonic()
+        rng = random.Random(seed)
+        n_rec, n_flaky = rng.randint(15, 40), rng.randint(0, 4)
+        kinds = rng.sample(sorted(KINDS), rng.randint(1, len(KINDS)))
+        rate = rng.choice((0.05, 0.1, 0.2, 0.3))
+        schedule = sorted(
+            (rng.uniform(0.0, 1.2), rng.choice(FAULTS)) for _ in range(rng.randint(0, 3))
+        )
+        out = Outcome(seed, n_rec + n_flaky, [f"{k}@{t:.2f}" for t, k in schedule], {})
+        self._load_scripts()
+        self.proxy.drops = {}
+        self.proxy.drop_replies(
+            {k: KINDS[k].sha.encode() for k in kinds}, rate=rate, seed=seed
+        )
+        jobs: list[tuple[str, str, bool]] = [(f"s{seed}r{i}", "", False) for i in range(n_rec)]
+        jobs += [(f"s{seed}f{i}", "", True) for i in range(n_flaky)]
+        rng.shuffle(jobs)
+        sent: dict[str, _Sent] = {}
+        affected: set[int] = set()
+        resume: list[tuple[float, subprocess.Popen[bytes]]] = []
+        t0 = time.monotonic()
+        todo = list(jobs)
+        while todo or schedule or resume:
+            now = time.monotonic() - t0
+            while schedule and schedule[0][0] <= now:
+                _, kind = schedule.pop(0)
+                self._fault(kind, rng, affected, resume)
+            for at, proc in list(resume):
+                if time.monotonic() >= at:
+                    resume.remove((at, proc))
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGCONT)
+            for name, _, flaky in todo[:4]:
+                arg = f"{name}:{rng.getrandbits(32):08x}:é✓"
+                job: Job = Flaky(name, arg) if flaky else Rec(name, arg)
+                job_id, envelope = self._push(job)
+                sent[job_id] = _Sent(name, arg, envelope, flaky)
+            todo = todo[4:]
+            time.sleep(0.03)
+        self._settle(sent, out)
+        self.proxy.drop_replies({})
+        retried = self._retry_one(sent, rng, out)
+        time.sleep(0.3)  # the last log lines of the slowest run
+        self._check(sent, affected, retried, out)
+        for kind, n in self.proxy.drops.items():
+            out.drops[kind] = out.drops.get(kind, 0) + n
+            self.drops_total[kind] = self.drops_total.get(kind, 0) + n
+        self._reset_state(sent)
+        out.seconds = time.monotonic() - t_start
+        return out
+
+    def _fault(
+        self,
+        kind: str,
+        rng: random.Random,
+        affected: set[int],
+        resume: list[tuple[float, subprocess.Popen[bytes]]],
+    ) -> None:
+        alive = [p for p in self.workers if p.poll() is None]
+        if kind == "kill" and alive:
+            victim = rng.choice(alive)
+            affected.add(victim.pid)
+            victim.kill()
+            victim.wait(10)
+            self.workers.remove(victim)
+            self.retired.append(victim)
+            self._start_worker()
+        elif kind == "stop" and alive:
+            victim = rng.choice(alive)
+            if any(p is victim for _, p in resume):
+                return
+            affected.add(victim.pid)
+            victim.send_signal(signal.SIGSTOP)
+            resume.append((time.monotonic() + LEASE_S + 0.5, victim))
+        elif kind == "restart":
+            self.server.restart(hard=True)  # SIGKILL; AOF (always) brings it back
+        elif kind == "reset":
+            self.proxy.mode = "reset"
+            time.sleep(0.05)
+            self.proxy.mode = "pass"
+
+    def _states(self, ids: list[str]) -> dict[str, tuple[bool, bool]]:
+        k = self.direct.keys("default")
+        pipe = self.direct.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.zscore(k.done, job_id)
+            pipe.zscore(k.failed, job_id)
+        raw = pipe.execute()
+        return {
+            job_id: (raw[2 * i] is not None, raw[2 * i + 1] is not None)
+            for i, job_id in enumerate(ids)
+        }
+
+    def _settle(self, sent: dict[str, _Sent], out: Outcome, timeout_s: float = 40.0) -> None:
+        ids = list(sent)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with contextlib.suppress(redis.RedisError):
+                states = self._states(ids)
+                sizes = self.direct.sizes(["default"])["default"]
+                busy = sizes["ready"] + sizes["delayed"] + sizes["reserved"]
+                if busy == 0 and all(d or f for d, f in states.values()):
+                    return
+            if time.monotonic() > deadline:
+                pending = [sent[i].name for i, (d, f) in states.items() if not (d or f)]
+                out.violations.append(f"not settled after {timeout_s:g}s: {pending[:10]}")
+                return
+            time.sleep(0.05)
+
+    def _retry_one(self, sent: dict[str, _Sent], rng: random.Random, out: Outcome) -> str | None:
+        failed = sorted(i for i, (_, f) in self._states(list(sent)).items() if f)
+        if not failed:
+            return None
+        job_id = rng.choice(failed)
+        if self.direct.retry([job_id]) != 1:
+            out.violations.append(f"failed retry did not move {sent[job_id].name}")
+            return None
+        self._settle({job_id: sent[job_id]}, out)
+        return job_id
+
+    def _check(
+        self, sent: dict[str, _Sent], affected: set[int], retried: str | None, out: Outcome
+    ) -> None:
+        k = self.direct.keys("default")
+        runs: dict[str, list[tuple[int, str]]] = {}
+        for line in self.acct.lrange(f"{self.acct_prefix}:log", 0, -1):
+            name, pid, arg = line.decode().split(" ", 2)
+            runs.setdefault(name, []).append((int(pid), arg))
+        exec_counts = {
+            key.decode(): int(v)
+            for key, v in self.acct.hgetall(f"{self.acct_prefix}:exec").items()
+        }
+        states = self._states(list(sent))
+        client = self.direct.client
+        for job_id, s in sent.items():
+            done, failed = states[job_id]
+            mine = runs.get(s.name, [])
+            touched = any(pid in affected for pid, _ in mine)
+            where = f"{s.name} ({job_id})"
+            if done and failed:
+                out.violations.append(f"{where} is both done and failed")
+            if not done and not failed:
+                out.violations.append(f"{where} is neither done nor failed")
+            if any(arg != s.arg for _, arg in mine):
+                out.violations.append(f"{where} ran with other arguments")
+            if failed:
+                body = client.hget(k.failed_body, job_id)
+                if body != s.envelope:
+                    got = len(body or b"")
+                    out.violations.append(f"{where} failed record is not the payload ({got} B)")
+            if s.flaky:
+                if done:
+                    out.violations.append(f"{where}: a Flaky job ended done")
+                want = FLAKY_TRIES * (2 if job_id == retried else 1)
+                if not touched and len(mine) != want:
+                    out.violations.append(f"{where}: Flaky ran {len(mine)} times, not {want}")
+                if failed and not touched and job_id != retried:
+                    info = self.direct.find_failed(job_id)
+                    if info is None or info.attempts != FLAKY_TRIES:
+                        attempts = None if info is None else info.attempts
+                        out.violations.append(f"{where}: failed after {attempts} attempts")
+            else:
+                if failed:
+                    info = self.direct.find_failed(job_id)
+                    reason = info.exception.splitlines()[-1] if info else "?"
+                    if not touched or "stalled" not in reason:
+                        out.violations.append(f"{where} failed: {reason[:200]}")
+                if not touched and (len(mine), exec_counts.get(s.name, 0)) != (1, 1):
+                    out.violations.append(
+                        f"{where} ran {len(mine)} times ({exec_counts.get(s.name, 0)} "
+                        "completed) though no worker running it crashed or froze"
+                    )
+                if done and exec_counts.get(s.name, 0) < 1:
+                    out.violations.append(f"{where} is done but never completed a run")
+        if "internal error" in self.worker_logs():
+            out.violations.append("a worker logged an internal error")
+
+    def _reset_state(self, sent: dict[str, _Sent]) -> None:
+        self.acct.delete(f"{self.acct_prefix}:log", f"{self.acct_prefix}:exec")
+        self.direct.flush()
+
+
+def run_seeds(
+    seeds: list[int],
+    account_url: str,
+    *,
+    workdir: Path | None = None,
+    print_fn: Callable[[str], None] = print,
+    stop_on_violation: bool = False,
+) -> list[Outcome]:
+    """Run ``seeds`` on one Checker; prints one line a seed and every violation."""
+    own = workdir is None
+    wd = workdir or Path(tempfile.mkdtemp(prefix="tidings-checker-"))
+    checker = Checker(wd, account_url)
+    outcomes: list[Outcome] = []
+    try:
+        for seed in seeds:
+            o = checker.run_seed(seed)
+            outcomes.append(o)
+            status = "ok" if not o.violations else f"VIOLATION x{len(o.violations)}"
+            print_fn(
+                f"seed {seed:6d}  {status}  jobs {o.jobs:3d}  {o.seconds:5.2f}s  "
+                f"faults {','.join(o.faults) or '-'}  drops {o.drops or '-'}"
+            )
+            for v in o.violations:
+                print_fn(f"  seed {seed}: {v}")
+            if o.violations and stop_on_violation:
+                break
+        totals = checker.drops_total
+        bad = [o.seed for o in outcomes if o.violations]
+        print_fn(
+            f"seeds run {len(outcomes)}  violations {sum(len(o.violations) for o in outcomes)}"
+            f"  seeds with violations {bad or '-'}  drops injected {dict(sorted(totals.items()))}"
+        )
+    finally:
+        checker.close()
+        if own:
+            shutil.rmtree(wd, ignore_errors=True)
+    return outcomes
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=100, help="how many seeds (from --first)")
+    ap.add_argument("--first", type=int, default=1, help="the first seed")
+    ap.add_argument("--seed", type=int, action="append", help="replay this seed (repeatable)")
+    ap.add_argument("--stop", action="store_true", help="stop at the first violation")
+    args = ap.parse_args(argv)
+    seeds = args.seed or list(range(args.first, args.first + args.seeds))
+    tmp = Path(tempfile.mkdtemp(prefix="tidings-checker-acct-"))
+    account = RedisServer(tmp, appendonly=False)
+    account.start()
+    try:
+        outcomes = run_seeds(seeds, account.url, stop_on_violation=args.stop)
+    finally:
+        account.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if any(o.violations for o in outcomes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
