@@ -110,7 +110,11 @@ def test_poison_job_fails_after_its_tries_while_others_flow(
     t0 = time.monotonic()
     # One job per child at a time: a job reserved beside the poison dies with its worker
     # and is re-delivered with it, so with --concurrency > 1 it could use up its tries too.
-    sup = _supervisor(spawn_proc, app, prefix, "--tries", "3", "--concurrency", "1")
+    # A worker killed by its job is a stall, not an attempt (issue 11): the poison runs
+    # 1 + --max-stalls times, then fails unrun as "stalled 3 times".
+    sup = _supervisor(
+        spawn_proc, app, prefix, "--tries", "3", "--max-stalls", "2", "--concurrency", "1"
+    )
     failed = wait_until(lambda: app.queue_for(None).failed(["default"]), 28, "poison failed", sup)
     took = time.monotonic() - t0
     wait_until(
@@ -123,7 +127,7 @@ def test_poison_job_fails_after_its_tries_while_others_flow(
     print(f"\nF3: poison ran {runs} times, failed after {took:.1f}s: {failed[0].exception[:80]}")
     assert [f.id for f in failed] == [poison]
     assert runs == 3
-    assert "max attempts exceeded" in failed[0].exception
+    assert "stalled 3 times" in failed[0].exception
     assert took <= 3 * (2 + 1) + 10
     sup.terminate()
     assert sup.wait(20) == 0
