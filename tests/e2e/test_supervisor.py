@@ -138,14 +138,17 @@ def test_child_whose_event_loop_is_blocked_is_killed_and_replaced(
 ) -> None:
     """An async job blocking the loop past its timeout (1 s) silences the heartbeat: the
     supervisor SIGKILLs that child after timeout + 10 s and starts another."""
-    sup = _supervisor(spawn_proc, app, prefix, "--timeout", "1", "--tries", "1")
+    sup = _supervisor(
+        spawn_proc, app, prefix, "--timeout", "1", "--tries", "1", "--max-stalls", "0"
+    )
     wait_until(lambda: len(children_of(sup.pid)) == 2, 10, "2 children", sup)
     BlockLoop("hog", 60).dispatch()
     wait_until(lambda: execs(redis_client, prefix).get("hog"), 10, "hog started", sup)
     wait_until(lambda: "event loop silent" in sup.output(), 20, "watchdog kill", sup)
     wait_until(lambda: len(children_of(sup.pid)) == 2, 10, "replaced", sup)
-    # The hog's lease expires and its next reservation is over its tries: failed, not rerun.
-    wait_until(lambda: app.queue_for(None).failed(["default"]), 10, "hog failed", sup)
+    # The hog's lease expires: a stall, and with --max-stalls 0 it fails unrun.
+    failed = wait_until(lambda: app.queue_for(None).failed(["default"]), 10, "hog failed", sup)
     assert execs(redis_client, prefix)["hog"] == 1
+    assert "stalled 1 time " in failed[0].exception
     sup.terminate()
     assert sup.wait(20) == 0

@@ -16,8 +16,9 @@ from collections.abc import Callable
 import pytest
 
 from tests.faults.conftest import Rig, figure
-from tests.faults.fault_app import Plain, Poison
+from tests.faults.fault_app import Plain, Poison, Rec
 from tests.support import RedisServer, wait_for
+from tidings import chain
 
 pytestmark = pytest.mark.timeout(90)
 LEASE = 1.0
@@ -124,3 +125,27 @@ def test_a_poison_job_ends_in_the_failed_store_after_max_stalls(
     figure(f"poison job: {rig.count('started', 'poison')} runs, {workers} workers started")
     assert rig.count("started", "poison") == 3
     assert "stalled 3 times" in failed_ids(rig)[job_id]
+
+
+def test_a_frozen_chain_link_does_not_advance_the_chain_its_successor_failed(
+    redis_server: RedisServer, make_rig: Callable[..., Rig]
+) -> None:
+    """A chain's first link: A freezes in it past its lease, B takes it over and fails
+    for good (the chain's catch runs). A wakes and finishes: its success must not push
+    the next link, so the next link and the catch never both run."""
+    rig = make_rig(redis_server.url, retry_after=LEASE)
+    first = Plain("link1", 1.5, fail_after_first=True)
+    chain(first, Rec("link2", "next")).catch(Rec("caught", "catch")).dispatch()
+    a = rig.worker(name="a")
+    wait_for(lambda: rig.count("started", "link1") == 1, 15, 0.02, message="A started")
+    a.signal(signal.SIGSTOP)
+    try:
+        rig.worker(name="b")
+        wait_for(lambda: rig.count("exec", "caught") == 1, 15, 0.02, message="catch ran")
+    finally:
+        a.signal(signal.SIGCONT)
+    wait_for(lambda: "reservation lost" in a.output(), 10, 0.05, message="A refused")
+    time.sleep(1.0)  # time for a wrongly pushed next link to run
+    assert rig.count("exec", "link2") == 0
+    assert rig.count("exec", "caught") == 1
+    assert rig.count("exec", "link1") == 1  # A's run, which completed but did not count

@@ -112,9 +112,10 @@ class JobRunner(WorkerBase):
             if not isinstance(max_stalls, int) or isinstance(max_stalls, bool):
                 max_stalls = self.opts.max_stalls
             if res.stalls > max_stalls:
+                times = "time" if res.stalls == 1 else "times"
                 stalled = JobStalled(
-                    f"stalled {res.stalls} times (max_stalls {max_stalls}): its lease expired "
-                    "each time, as when a worker dies or freezes past retry_after"
+                    f"stalled {res.stalls} {times} (max_stalls {max_stalls}): its lease "
+                    "expired each time, as when a worker dies or freezes past retry_after"
                 )
                 await self._fail(res, body, job, stalled, t0)
                 return
