@@ -64,8 +64,7 @@ local max, lease, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARG
 local n, dropped = 0, 0
 local seq = ARGV[6]
 
-local function hand_out(id, body, tok)
-  local counts = redis.call('HMGET', KEYS[6], id, id .. ':e', id .. ':s')
+local function hand_out(id, body, tok, counts)
   out[#out + 1] = id
   out[#out + 1] = tonumber(counts[1] or '0')
   out[#out + 1] = tonumber(counts[2] or '0')
@@ -85,13 +84,15 @@ if rcpt and string.sub(rcpt, 1, #seq + 1) == seq .. '|' then
     local body = redis.call('HGET', KEYS[5], id)
     if body and redis.call('HGET', KEYS[6], id .. ':t') == tok
       and redis.call('ZSCORE', KEYS[3], id) then
-      hand_out(id, body, tok)
+      hand_out(id, body, tok, redis.call('HMGET', KEYS[6], id, id .. ':e', id .. ':s'))
     end
   end
   max = 0
 end
 
+-- Tokens: one read of the counter now and one write after the loop, not one INCR a job.
 local got = {}
+local last = tonumber(redis.call('GET', KEYS[10]) or '0')
 while n < max do
   local id = redis.call('LPOP', KEYS[1])
   if not id then break end
@@ -114,15 +115,18 @@ while n < max do
     fail(id, 'malformed payload: not JSON', body)
   else
     redis.call('ZADD', KEYS[3], now + lease, id)
-    redis.call('HINCRBY', KEYS[6], id, 1)
-    local tok = redis.call('INCR', KEYS[10])
-    redis.call('HSET', KEYS[6], id .. ':t', tok)
+    -- One read and one write of the counters (attempts, exceptions, stalls, token).
+    local counts = redis.call('HMGET', KEYS[6], id, id .. ':e', id .. ':s')
+    counts[1] = tonumber(counts[1] or '0') + 1
+    last = last + 1
+    redis.call('HSET', KEYS[6], id, counts[1], id .. ':t', last)
     got[#got + 1] = id
-    got[#got + 1] = tok
-    hand_out(id, body, tok)
+    got[#got + 1] = last
+    hand_out(id, body, last, counts)
   end
 end
 if #got > 0 then
+  redis.call('SET', KEYS[10], last)
   redis.call('SET', KEYS[11], seq .. '|' .. table.concat(got, ' '), 'PX', lease)
 end
 out[3] = dropped
