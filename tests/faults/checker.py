@@ -226,9 +226,7 @@ class Checker:
         out = Outcome(seed, n_rec + n_flaky, [f"{k}@{t:.2f}" for t, k in schedule], {})
         self._load_scripts()
         self.proxy.drops = {}
-        self.proxy.drop_replies(
-            {k: KINDS[k].sha.encode() for k in kinds}, rate=rate, seed=seed
-        )
+        self.proxy.drop_replies({k: KINDS[k].sha.encode() for k in kinds}, rate=rate, seed=seed)
         jobs: list[tuple[str, str, bool]] = [(f"s{seed}r{i}", "", False) for i in range(n_rec)]
         jobs += [(f"s{seed}f{i}", "", True) for i in range(n_flaky)]
         rng.shuffle(jobs)
@@ -344,8 +342,7 @@ class Checker:
             name, pid, arg = line.decode().split(" ", 2)
             runs.setdefault(name, []).append((int(pid), arg))
         exec_counts = {
-            key.decode(): int(v)
-            for key, v in self.acct.hgetall(f"{self.acct_prefix}:exec").items()
+            key.decode(): int(v) for key, v in self.acct.hgetall(f"{self.acct_prefix}:exec").items()
         }
         states = self._states(list(sent))
         client = self.direct.client

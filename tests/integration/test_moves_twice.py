@@ -10,22 +10,27 @@ tests/integration/test_seams.py and tests/faults/test_seams.py.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
+import pytest
 
-from tests.integration.test_lua_scripts import (  # noqa: F401 - rq is a fixture
-    envelope,
-    held,
-    k_of,
-    pop,
-    rq,
-    run,
-)
+from tests.integration.test_lua_scripts import envelope, held, k_of, pop, run
 from tidings.queue import scripts
 from tidings.queue.broker import Broker
 from tidings.queue.redis_queue import RedisQueue
 from tidings.queue.unique import UNIQUE_PUSH
+
+
+@pytest.fixture
+def rq(redis_url: str, prefix: str) -> Iterator[RedisQueue]:
+    queue = RedisQueue(redis_url, prefix)
+    try:
+        yield queue
+    finally:
+        queue.close()
+
 
 INFO = {"exception": "ValueError: no", "name": "T", "queue": "default", "attempts": 1}
 
