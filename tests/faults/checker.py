@@ -21,6 +21,9 @@ to a separate Redis the faults never touch. :meth:`Checker.run_seed` then, for o
      or exactly ``tries`` times (Flaky), and its failed record counts those attempts;
    * every run saw the arguments it was dispatched with; the failed store holds the
      envelope byte for byte; a retried job runs again with its arguments;
+   * chains (one that succeeds, one whose second link fails for good): links run in
+     order; the failed chain's catch runs and its next link never does; the good
+     chain's catch never runs; each ran once unless a crash or freeze hit its run;
    * no worker logged an internal error.
 
 ``python -m tests.faults.checker --seeds 1000`` (or ``benchmarks/checker.py``) runs a
@@ -52,7 +55,7 @@ import redis  # noqa: E402
 
 from tests.faults.fault_app import Flaky, Rec  # noqa: E402
 from tests.support import FaultProxy, RedisServer  # noqa: E402
-from tidings import App, Job  # noqa: E402
+from tidings import App, Job, chain  # noqa: E402
 from tidings.errors import QueueUnavailable  # noqa: E402
 from tidings.queue import scripts  # noqa: E402
 from tidings.queue.job import PendingDispatch  # noqa: E402
@@ -225,6 +228,15 @@ class Checker:
         )
         out = Outcome(seed, n_rec + n_flaky, [f"{k}@{t:.2f}" for t, k in schedule], {})
         self._load_scripts()
+        # Two chains, dispatched before the drops are armed (a chain's dispatch is not
+        # re-sent by id): one that succeeds, one whose second link fails for good.
+        chains = {
+            "ok": [f"s{seed}c{i}" for i in range(3)],
+            "bad": [f"s{seed}d{i}" for i in range(3)],
+        }
+        chain(*(Rec(n, n) for n in chains["ok"])).catch(Rec(f"s{seed}cx", "catch")).dispatch()
+        d0, d1, d2 = chains["bad"]
+        chain(Rec(d0, d0), Flaky(d1, d1), Rec(d2, d2)).catch(Rec(f"s{seed}dx", "catch")).dispatch()
         self.proxy.drops = {}
         self.proxy.drop_replies({k: KINDS[k].sha.encode() for k in kinds}, rate=rate, seed=seed)
         jobs: list[tuple[str, str, bool]] = [(f"s{seed}r{i}", "", False) for i in range(n_rec)]
@@ -257,6 +269,7 @@ class Checker:
         retried = self._retry_one(sent, rng, out)
         time.sleep(0.3)  # the last log lines of the slowest run
         self._check(sent, affected, retried, out)
+        self._check_chains(seed, chains, affected, out)
         for kind, n in self.proxy.drops.items():
             out.drops[kind] = out.drops.get(kind, 0) + n
             self.drops_total[kind] = self.drops_total.get(kind, 0) + n
@@ -388,6 +401,43 @@ class Checker:
                     out.violations.append(f"{where} is done but never completed a run")
         if "internal error" in self.worker_logs():
             out.violations.append("a worker logged an internal error")
+
+    def _check_chains(
+        self, seed: int, chains: dict[str, list[str]], affected: set[int], out: Outcome
+    ) -> None:
+        """Links run in order; the failed chain's catch runs, its next link never; the
+        good chain's catch never; each ran once unless a crash or freeze hit its run."""
+        order: list[str] = []
+        pids: dict[str, list[int]] = {}
+        for line in self.acct.lrange(f"{self.acct_prefix}:log", 0, -1):
+            name, pid, _ = line.decode().split(" ", 2)
+            order.append(name)
+            pids.setdefault(name, []).append(int(pid))
+
+        def runs(name: str) -> int:
+            return len(pids.get(name, []))
+
+        def touched(name: str) -> bool:
+            return any(p in affected for p in pids.get(name, []))
+
+        good, bad = chains["ok"], chains["bad"]
+        for name in good + bad[:1]:
+            if runs(name) == 0:
+                out.violations.append(f"chain link {name} never ran")
+            elif runs(name) > 1 and not touched(name):
+                out.violations.append(f"chain link {name} ran {runs(name)} times")
+        firsts = [order.index(n) for n in good if n in order]
+        if firsts != sorted(firsts):
+            out.violations.append(f"chain links ran out of order: {good} at {firsts}")
+        if runs(f"s{seed}cx"):
+            out.violations.append("the catch of a chain that succeeded ran")
+        if not touched(bad[1]) and runs(bad[1]) != FLAKY_TRIES:
+            out.violations.append(f"failing link ran {runs(bad[1])} times, not {FLAKY_TRIES}")
+        if runs(bad[2]):
+            out.violations.append("the link after a failed link ran (beside the catch)")
+        catch = f"s{seed}dx"
+        if runs(catch) == 0 or (runs(catch) > 1 and not touched(catch)):
+            out.violations.append(f"the catch of the failed chain ran {runs(catch)} times")
 
     def _reset_state(self, sent: dict[str, _Sent]) -> None:
         self.acct.delete(f"{self.acct_prefix}:log", f"{self.acct_prefix}:exec")
