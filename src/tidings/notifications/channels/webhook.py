@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 import orjson
 
-from tidings import _clock
+from tidings import _clock, redaction
 from tidings.errors import (
     ChannelError,
     PermanentChannelError,
@@ -142,6 +142,7 @@ class WebhookTransport:
         """
         self._key = decode_secret(secret) if secret else None
         self._secrets = [secret]
+        redaction.register(*self._secrets)  # every log line and CLI line redacts them
         self._allow_private = allow_private
         self._resolver: Resolver = resolver or SystemResolver()
         self._deadline_s, self._cap = deadline_s, max_response_bytes
@@ -263,7 +264,8 @@ class WebhookTransport:
     def _outcome(
         self, status: int, headers: httpx.Headers, body: bytes, delivery_id: str
     ) -> DeliveryResult:
-        excerpt = redact(shorten(body[:1024].decode("utf-8", "replace")), self._secrets)
+        # Redact the whole body first, then cut: a secret across the cut must not survive.
+        excerpt = shorten(redact(body.decode("utf-8", "replace"), self._secrets))
         if 200 <= status < 300:
             return DeliveryResult("webhook", delivery_id, excerpt or f"HTTP {status}", None, status)
         text = f"HTTP {status}" + (f": {excerpt}" if excerpt else "")
