@@ -62,11 +62,12 @@ def register(*secrets: str | bytes | None) -> None:
     with _lock:
         for secret in secrets:
             if isinstance(secret, bytes):
+                raw = secret
                 try:
-                    secret = secret.decode("utf-8")
+                    secret = raw.decode("utf-8")
                 except UnicodeDecodeError:
-                    _registered.add(secret.hex())
-                    _registered.add(base64.b64encode(secret).decode("ascii"))
+                    _registered.add(raw.hex())
+                    _registered.add(base64.b64encode(raw).decode("ascii"))
                     continue
             if secret and len(secret) >= MIN_SECRET_LEN:
                 _registered.add(secret)
