@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,8 @@ import redis.asyncio
 from tidings.queue import scripts
 from tidings.queue.keys import QueueKeys
 from tidings.queue.redis_queue import DONE_KEEP_MS, DONE_MAX
+
+log = logging.getLogger("tidings.worker")
 
 
 @dataclass(slots=True)
@@ -38,10 +41,16 @@ class PopResult:
 
 def pop_result(k: QueueKeys, raw: list[Any]) -> PopResult:
     """Read the pop script's reply: ``{now_ms, wait_ms, dropped, id, attempts, exc, body, ...}``."""
-    jobs = [
-        Reserved(raw[i].decode(), k.name, int(raw[i + 1]), int(raw[i + 2]), raw[i + 3])
-        for i in range(3, len(raw), 4)
-    ]
+    jobs = []
+    for i in range(3, len(raw) - 3, 4):
+        try:
+            jobs.append(
+                Reserved(raw[i].decode(), k.name, int(raw[i + 1]), int(raw[i + 2]), raw[i + 3])
+            )
+        except (AttributeError, TypeError, ValueError):
+            # The pop script vets ids and counters (issue 12); should anything slip past,
+            # the entry stays reserved until its lease ends, and the fetch loop lives on.
+            log.error("pop returned an unreadable entry on queue %r; skipped", k.name)
     wait = int(raw[1])
     return PopResult(jobs, None if wait < 0 else wait / 1000.0, int(raw[0]) / 1000.0, int(raw[2]))
 
@@ -68,6 +77,7 @@ class Broker:
             k.failed,
             k.failed_info,
             k.failed_body,
+            k.done,  # issue 12: a finished job put back (a replay) is dropped
         ]
         return keys, [n, self.lease_ms, self.max_bytes, 1000, k.name]
 

@@ -6,6 +6,12 @@
 -- Returns 1, or 0 when the job no longer exists (finished by another worker).
 local id = ARGV[1]
 if redis.call('HEXISTS', KEYS[5], id) == 0 then return 0 end
+-- A corrupt counter (issue 12: someone wrote garbage beside the job) would make HINCRBY
+-- raise after the ZREM below; start that counter again instead.
+for _, field in ipairs({id, id .. ':e'}) do
+  local v = redis.call('HGET', KEYS[6], field)
+  if v and (#v > 15 or not string.match(v, '^%-?%d+$')) then redis.call('HDEL', KEYS[6], field) end
+end
 redis.call('ZREM', KEYS[3], id)
 if ARGV[3] == '1' then redis.call('HINCRBY', KEYS[6], id, -1) end
 if ARGV[4] == '1' then redis.call('HINCRBY', KEYS[6], id .. ':e', 1) end
