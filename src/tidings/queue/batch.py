@@ -89,14 +89,15 @@ def _seal_item(app: Any, item: Item, batch_id: str, queue: str | None, job_id: s
     body: JobBody = build_body(job, job_id, pending.chain)
     body["chainCatch"] = pending.catch
     body["batch"] = batch_id
-    return str(q), job_id, seal(body, app.signer, max_bytes=app.max_payload_bytes), delay
+    envelope = seal(body, app.signer, max_bytes=app.max_payload_bytes, queue=str(q))
+    return str(q), job_id, envelope, delay
 
 
 def _callback_fields(app: Any, kind: str, job: Job, batch_id: str, queue: str | None) -> list[Arg]:
     q = queue or option(job.option_source(), "queue") or "default"
     body = build_body(job, new_id())
     body["batchCallback"] = batch_id
-    envelope = seal(body, app.signer, max_bytes=app.max_payload_bytes)
+    envelope = seal(body, app.signer, max_bytes=app.max_payload_bytes, queue=str(q))
     return [f"cb:{kind}:q", str(q), f"cb:{kind}:b", envelope]
 
 

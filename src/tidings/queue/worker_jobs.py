@@ -92,7 +92,7 @@ class JobRunner(WorkerBase):
         k = self.rq.keys(res.queue)
         self._fault("after_pop")
         try:
-            body = open_envelope(res.envelope, self.signer, job_id=res.id)
+            body = open_envelope(res.envelope, self.signer, job_id=res.id, queue=res.queue)
         except PayloadRejected as exc:
             await self._fail(res, None, None, exc, t0, name="(rejected)")
             return
