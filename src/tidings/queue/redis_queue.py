@@ -283,29 +283,37 @@ class RedisQueue:
             k = self.keys(name)
             client: Any = self.client  # redis-py's sync return types are loose unions
             for raw_id, score in client.zrange(k.failed, 0, -1, withscores=True):
-                job_id = raw_id.decode()
-                record = self._failed_record(name, job_id, score)
+                record = self._failed_record(name, raw_id, score)
                 if record is not None:
                     records.append(record)
         records.sort(key=lambda r: r.failed_at)
         return records
 
-    def _failed_record(self, queue: str, job_id: str, score: float) -> FailedJob | None:
+    def _failed_record(self, queue: str, job_id: str | bytes, score: float) -> FailedJob | None:
         k = self.keys(queue)
         client: Any = self.client
         info_raw, body = client.hget(k.failed_info, job_id), client.hget(k.failed_body, job_id)
         try:
             info = orjson.loads(info_raw) if info_raw else {}
         except orjson.JSONDecodeError:
+            info = None
+        if not isinstance(info, dict):
+            # Valid JSON that is not an object (issue 12) is as unreadable as non-JSON.
             info = {"exception": "(unreadable failure record)"}
+        attempts = info.get("attempts")
+        if not isinstance(attempts, int) or isinstance(attempts, bool):
+            attempts = 0
+        if isinstance(job_id, bytes):
+            # Ids written by hand may not be UTF-8 (issue 12): show the bytes, escaped.
+            job_id = job_id.decode("utf-8", "backslashreplace")
         return FailedJob(
             id=job_id,
             queue=queue,
             name=str(info.get("name", "?")),
             failed_at=score / 1000.0,
             exception=str(info.get("exception", "")),
-            attempts=int(info.get("attempts") or 0),
-            payload=body or b"",
+            attempts=attempts,
+            payload=body if isinstance(body, bytes) else b"",
         )
 
     def find_failed(self, job_id: str) -> FailedJob | None:
