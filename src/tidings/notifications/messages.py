@@ -87,6 +87,7 @@ class Attachment:
             ValidationError: the file is gone or too large.
         """
         if isinstance(self.content, bytes):
+            _check_size(len(self.content))
             return self.content
         try:
             if self.content.stat().st_size > MAX_ATTACHMENT_BYTES:
@@ -95,6 +96,13 @@ class Attachment:
         except OSError as exc:
             msg = f"cannot read {self.name}: {exc.strerror}"
             raise ValidationError(msg, field="attachment") from None
+
+
+def _check_size(size: int) -> None:
+    if size > MAX_ATTACHMENT_BYTES:
+        raise ValidationError(
+            f"attachment is larger than 25 MiB ({size} bytes)", field="attachment"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +211,8 @@ class MailMessage:
         """
         content: bytes | Path
         if isinstance(file, bytes | bytearray):
+            # The same limit as files (issue 12), checked when attached: at dispatch.
+            _check_size(len(file))
             content, default_name = bytes(file), "attachment"
         else:
             content = Path(file)
