@@ -50,7 +50,7 @@ _B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{8,}={0,2}")
 
 _lock = threading.Lock()
 _registered: set[str] = set()
-_cache: dict[frozenset[str], tuple[list[str], list[str]]] = {}
+_cache: dict[frozenset[str], tuple[re.Pattern[str] | None, re.Pattern[str] | None]] = {}
 
 
 def register(*secrets: str | bytes | None) -> None:
@@ -93,7 +93,8 @@ def _cores(raw: bytes) -> set[str]:
     return cores
 
 
-def _forms(secrets: frozenset[str]) -> tuple[list[str], list[str]]:
+def _forms(secrets: frozenset[str]) -> tuple[re.Pattern[str] | None, re.Pattern[str] | None]:
+    """One compiled alternation of every plain form, one of every base64 core."""
     cached = _cache.get(secrets)
     if cached is not None:
         return cached
@@ -114,11 +115,13 @@ def _forms(secrets: frozenset[str]) -> tuple[list[str], list[str]]:
             base64.b64encode(raw).decode("ascii").rstrip("="),
         }
         cores |= _cores(raw)
-    # Longest first, so a secret that contains another is removed whole.
-    result = (
-        sorted((f for f in plain if len(f) >= 4), key=len, reverse=True),
-        sorted(cores, key=len, reverse=True),
-    )
+
+    def alternation(forms: set[str]) -> re.Pattern[str] | None:
+        # Longest first, so a secret that contains another is removed whole.
+        ordered = sorted((f for f in forms if len(f) >= 4), key=len, reverse=True)
+        return re.compile("|".join(map(re.escape, ordered))) if ordered else None
+
+    result = (alternation(plain), alternation(cores))
     if len(_cache) > 64:
         _cache.clear()
     _cache[secrets] = result
@@ -141,23 +144,15 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     with _lock:
         known = frozenset(_registered | extra) if extra else frozenset(_registered)
         plain, cores = _forms(known)
-    for form in plain:
-        if form in text:
-            text = text.replace(form, REDACTED)
-    if cores:
-        text = _B64_RUN.sub(lambda m: _b64_run(m.group(0), cores), text)
+    if plain is not None:
+        text = plain.sub(REDACTED, text)
+    if cores is not None and cores.search(text):
+        # A secret inside a longer base64 run (AUTH PLAIN): the whole run goes.
+        found = cores
+        text = _B64_RUN.sub(lambda m: REDACTED if found.search(m.group(0)) else m.group(0), text)
     for pattern in _PATTERNS:
         text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + REDACTED, text)
     return text
-
-
-def _b64_run(run: str, cores: list[str]) -> str:
-    if any(core in run for core in cores):
-        return REDACTED
-    # A run of hex that decodes to a secret is caught by the plain hex forms; a run that
-    # is valid base64 of a longer text holding a secret at an odd offset is caught by
-    # the cores. Nothing else to do here.
-    return run
 
 
 def shorten(text: str, limit: int = 300) -> str:
