@@ -144,12 +144,13 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     with _lock:
         known = frozenset(_registered | extra) if extra else frozenset(_registered)
         plain, cores = _forms(known)
-    if plain is not None:
-        text = plain.sub(REDACTED, text)
     if cores is not None and cores.search(text):
-        # A secret inside a longer base64 run (AUTH PLAIN): the whole run goes.
+        # A secret inside a longer base64 run (AUTH PLAIN): the whole run goes, user
+        # name and all (before the plain pass, which would remove only the secret).
         found = cores
         text = _B64_RUN.sub(lambda m: REDACTED if found.search(m.group(0)) else m.group(0), text)
+    if plain is not None:
+        text = plain.sub(REDACTED, text)
     for pattern in _PATTERNS:
         text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + REDACTED, text)
     return text

@@ -204,11 +204,11 @@ _prefixes = count()
 
 
 @settings(
-    max_examples=120,
+    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(cases=st.lists(case, min_size=1, max_size=4))
+@given(cases=st.lists(case, min_size=1, max_size=6))
 def test_garbage_in_every_key_never_stops_a_worker(
     redis_url: str, prefix: str, cases: list[tuple[str, Any, Any]]
 ) -> None:
