@@ -37,9 +37,8 @@ from tidings.notifications import (
 )
 from tidings.notifications.channels.mail import mail_transport_from_url
 from tidings.notifications.channels.sms import sms_transport_from_url
-from tidings.notifications.mime import build_email
 from tidings.notifications.messages import RenderedMail
-
+from tidings.notifications.mime import build_email
 from tidings.queue.worker import Worker, WorkerOptions
 
 MODULE = __name__
@@ -287,7 +286,7 @@ def test_smtp_auth_blob_echoed_in_535_is_redacted(mechanism: str) -> None:
         async def go() -> str:
             try:
                 await t.send(msg, "d1")
-            except Exception as exc:  # noqa: BLE001 - the text is what is checked
+            except Exception as exc:
                 return f"{exc!s} {exc!r}"
             finally:
                 await t.close()
@@ -311,7 +310,7 @@ def test_twilio_token_straddling_the_cut_is_redacted_whole() -> None:
         async def go() -> str:
             try:
                 await t.send("+15551234567", SmsMessage("hi"), "d2")
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 return f"{exc!s}"
             finally:
                 await t.close()
