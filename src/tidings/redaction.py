@@ -46,10 +46,13 @@ _PATTERNS = (
     re.compile(r"whsec_[A-Za-z0-9+/=]+"),
     re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]*:[^/\s@]*@"),
 )
+#: Every pattern above needs one of these (lower case) in the text: a cheap pre-check.
+_TRIGGERS = ("authorization", "basic", "bearer", "whsec_", "://")
 _B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{8,}={0,2}")
 
 _lock = threading.Lock()
 _registered: set[str] = set()
+_current: list[tuple[re.Pattern[str] | None, re.Pattern[str] | None] | None] = [None]
 _cache: dict[frozenset[str], tuple[re.Pattern[str] | None, re.Pattern[str] | None]] = {}
 
 
@@ -72,6 +75,7 @@ def register(*secrets: str | bytes | None) -> None:
             if secret and len(secret) >= MIN_SECRET_LEN:
                 _registered.add(secret)
         _cache.clear()
+        _current[0] = None
 
 
 def registered() -> frozenset[str]:
@@ -142,8 +146,13 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
         text = str(text)
     extra = {s for s in secrets if s and len(s) >= MIN_SECRET_LEN}
     with _lock:
-        known = frozenset(_registered | extra) if extra else frozenset(_registered)
-        plain, cores = _forms(known)
+        if extra - _registered:
+            plain, cores = _forms(frozenset(_registered | extra))
+        else:  # the common case: only registered secrets (compiled once per change)
+            state = _current[0]
+            if state is None:
+                state = _current[0] = _forms(frozenset(_registered))
+            plain, cores = state
     if cores is not None and cores.search(text):
         # A secret inside a longer base64 run (AUTH PLAIN): the whole run goes, user
         # name and all (before the plain pass, which would remove only the secret).
@@ -151,8 +160,10 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
         text = _B64_RUN.sub(lambda m: REDACTED if found.search(m.group(0)) else m.group(0), text)
     if plain is not None:
         text = plain.sub(REDACTED, text)
-    for pattern in _PATTERNS:
-        text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + REDACTED, text)
+    low = text.lower()
+    if any(trigger in low for trigger in _TRIGGERS):
+        for pattern in _PATTERNS:
+            text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + REDACTED, text)
     return text
 
 
