@@ -66,6 +66,8 @@ def test_control_characters_are_escaped_on_every_cli_path(redis_url: str, prefix
         r.hset(k.failed_body, forged, EVIL.encode())
         # A queue whose name carries the sequences (monitor lists it).
         r.hset(app.queue_for(None).keys(f"evil{EVIL}").jobs, "x", "y")
+        # And one whose name is not UTF-8 at all.
+        r.hset(prefix.encode() + b":queue:{bad\xff\x9b}:jobs", "x", "y")
 
         worker = cli(env, "--stop-when-empty", "--sleep", "0.2")
         assert worker.returncode == 0, worker.stderr

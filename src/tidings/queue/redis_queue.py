@@ -30,6 +30,11 @@ DONE_KEEP_MS = 3600 * 1000
 DONE_MAX = 100_000
 
 
+def _key_text(key: object) -> str:
+    # Key names written by hand may not be UTF-8 (issue 12): list them, escaped.
+    return key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else str(key)
+
+
 @dataclass(frozen=True, slots=True)
 class FailedJob:
     """One record of the failed store."""
@@ -199,11 +204,11 @@ class RedisQueue:
         pattern = queue_pattern(self.prefix)
         start = len(f"{self.prefix}:queue:{{")
         for key in self.client.scan_iter(match=pattern, count=500):
-            text = key.decode() if isinstance(key, bytes) else str(key)
+            text = _key_text(key)
             names.add(text[start : text.rindex("}")])
         for suffix in ("failed", "delayed"):
             for key in self.client.scan_iter(match=f"{self.prefix}:queue:{{*}}:{suffix}"):
-                text = key.decode() if isinstance(key, bytes) else str(key)
+                text = _key_text(key)
                 names.add(text[start : text.rindex("}")])
         return sorted(names)
 
