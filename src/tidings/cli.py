@@ -205,7 +205,9 @@ def _configure_logging() -> None:
 
 def _require_app(app_spec: str | None) -> None:
     """A worker that cannot resolve the classes it exists to run must not consume work."""
-    if app_spec or os.environ.get("TIDINGS_APP") or os.environ.get("TIDINGS_ALLOWED_MODULES"):
+    # DJANGO_SETTINGS_MODULE: the Django integration finds the app through it.
+    names = ("TIDINGS_APP", "TIDINGS_ALLOWED_MODULES", "DJANGO_SETTINGS_MODULE")
+    if app_spec or any(os.environ.get(name) for name in names):
         return
     click.echo(
         "notify-worker: refusing to start: no app given, so no job class could be "
