@@ -341,3 +341,21 @@ def test_failed_list_survives_records_that_are_json_but_not_objects(app: App) ->
     assert [r.exception for r in records[:4]] == ["(unreadable failure record)"] * 4
     assert records[4].attempts == 0
     assert records[5].id == "\\xff\\xfe"
+
+
+@pytest.mark.parametrize("field", ["pending", "processed", "failed", "callback"])
+def test_garbage_in_a_batch_does_not_strand_its_jobs(app: App, field: str) -> None:
+    from tidings.queue.batch import batch
+    from tidings.queue.keys import BatchKeys
+
+    batch_id = batch([Innocent("b1"), Innocent("b2")]).then(Innocent("then")).dispatch()
+    r = app.queue_for(None).client
+    info = BatchKeys.build(app.settings.prefix, batch_id).info
+    if field == "callback":
+        r.hset(info, "cb:then:b", b"\xff not an envelope")
+    else:
+        r.hset(info, field, "abc")
+    assert work(app).exit_code == 0
+    assert {"b1", "b2"} <= set(RUNS)
+    sizes = app.queue_for(None).sizes(["default"])["default"]
+    assert sizes["reserved"] == 0 and sizes["ready"] == 0
