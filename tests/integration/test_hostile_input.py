@@ -1,7 +1,8 @@
 """Issue 12: a Redis writer without the key cannot stop or replay work.
 
 Garbage is written, as an attacker or a careless operator would, into every key the
-scripts read (counters, ids, bodies, zset members, failed records); the invariant is
+scripts read (counters, ids, bodies, zset members, done and failed records, the restart
+key, batch state); the invariant is
 "innocent jobs still run, the worker stays up, nothing stays reserved". Replays of a
 finished job are refused, and a job moved to another queue fails verification.
 """
@@ -199,6 +200,7 @@ case = st.one_of(
     st.tuples(st.just("reserved-member"), ids, st.none() | garbage),
     st.tuples(st.just("failed-record"), ids, garbage),
     st.tuples(st.just("done-member"), ids, st.none()),
+    st.tuples(st.just("restart"), st.none(), garbage),
 )
 _prefixes = count()
 
@@ -242,6 +244,8 @@ def test_garbage_in_every_key_never_stops_a_worker(
             elif kind == "failed-record":
                 r.zadd(k.failed, {target: 1})
                 r.hset(k.failed_info, target, value)
+            elif kind == "restart":
+                r.set(f"{app.settings.prefix}:restart", value)
             else:
                 r.zadd(k.done, {target: 1})
         try:
@@ -359,3 +363,29 @@ def test_garbage_in_a_batch_does_not_strand_its_jobs(app: App, field: str) -> No
     assert {"b1", "b2"} <= set(RUNS)
     sizes = app.queue_for(None).sizes(["default"])["default"]
     assert sizes["reserved"] == 0 and sizes["ready"] == 0
+
+
+def test_garbage_in_the_restart_key_neither_stops_nor_restarts_a_worker(app: App) -> None:
+    from tidings.queue.keys import restart_key
+
+    r = app.queue_for(None).client
+    r.set(restart_key(app.settings.prefix), b"\xffnot-a-time")
+
+    async def main() -> Worker:
+        worker = Worker(app, WorkerOptions(sleep_s=0.1, concurrency=2))
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(0.3)
+        r.set(restart_key(app.settings.prefix), "nan")
+        Innocent("after").dispatch()
+        deadline = time.monotonic() + 10
+        while "after" not in RUNS:
+            assert time.monotonic() < deadline and not task.done()
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.2)  # a housekeeping tick reads the key again
+        assert not task.done(), "the worker stopped on a garbage restart key"
+        worker.stop("test")
+        worker.exit_code = await asyncio.wait_for(task, 10)
+        return worker
+
+    assert asyncio.run(main()).exit_code == 0
+    assert app.queue_for(None).restart_requested_at() == 0.0

@@ -6,6 +6,7 @@ The worker's moves (pop, ack, release, fail, extend) live in :mod:`tidings.queue
 from __future__ import annotations
 
 import asyncio
+import math
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -277,7 +278,12 @@ class RedisQueue:
     def restart_requested_at(self) -> float:
         """When ``restart`` was last asked for (Redis time), 0 if never."""
         raw = self.client.get(restart_key(self.prefix))
-        return float(raw) if raw else 0.0
+        try:
+            value = float(raw) if raw else 0.0
+        except ValueError:
+            value = 0.0
+        # Written by hand (issue 12: garbage, nan, inf): no restart was asked for.
+        return value if math.isfinite(value) else 0.0
 
     # -- the failed store ------------------------------------------------------------
 

@@ -163,6 +163,7 @@ class WorkerBase:
         # Holds the task that ends a blocking wait on stop (asyncio keeps only weak refs).
         self._interrupting: asyncio.Task[None] | None = None
         self._wait_errors = 0
+        self._restart_garbage_logged = False
         self._threads_busy = 0
 
     def stop(self, reason: str = "stopped", code: int | None = None) -> None:
