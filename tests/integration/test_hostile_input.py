@@ -389,3 +389,30 @@ def test_garbage_in_the_restart_key_neither_stops_nor_restarts_a_worker(app: App
 
     assert asyncio.run(main()).exit_code == 0
     assert app.queue_for(None).restart_requested_at() == 0.0
+
+
+@dataclass
+class Limited(Job):
+    tag: str
+
+    def middleware(self) -> list[Any]:
+        from tidings.queue.limits import RateLimited, ThrottlesExceptions
+
+        return [RateLimited("hostile", per_second=1000, burst=10), ThrottlesExceptions(3, 60)]
+
+    def handle(self) -> None:
+        RUNS.append(self.tag)
+
+
+@pytest.mark.parametrize("value", [b"abc", b"inf", b"nan", b"1e300", b"\xff"])
+def test_garbage_in_limit_state_does_not_fail_the_jobs_under_it(app: App, value: bytes) -> None:
+    from tidings.queue.keys import limit_key
+
+    r = app.queue_for(None).client
+    prefix = app.settings.prefix
+    r.set(limit_key(prefix, "limit", "hostile"), value)
+    r.set(limit_key(prefix, "throttle", f"{MODULE}:Limited"), value)
+    Limited("limited").dispatch()
+    assert work(app).exit_code == 0
+    assert RUNS == ["limited"]
+    assert app.queue_for(None).failed() == []
