@@ -201,6 +201,7 @@ case = st.one_of(
     st.tuples(st.just("failed-record"), ids, garbage),
     st.tuples(st.just("done-member"), ids, st.none()),
     st.tuples(st.just("restart"), st.none(), garbage),
+    st.tuples(st.just("raw-seq"), ids, garbage),
 )
 _prefixes = count()
 
@@ -244,6 +245,10 @@ def test_garbage_in_every_key_never_stops_a_worker(
             elif kind == "failed-record":
                 r.zadd(k.failed, {target: 1})
                 r.hset(k.failed_info, target, value)
+            elif kind == "raw-seq":
+                # The failed store's sequence, and an entry that makes pop use it.
+                r.hset(k.failed_info, "_seq", value)
+                r.lpush(k.ready, target)
             elif kind == "restart":
                 r.set(f"{app.settings.prefix}:restart", value)
             else:

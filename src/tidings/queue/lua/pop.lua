@@ -47,6 +47,8 @@ local function counter(v)
   return tonumber(v)
 end
 local function raw_id()
+  -- The sequence is data too: a hand-written one would make HINCRBY raise.
+  if not counter(redis.call('HGET', KEYS[8], '_seq')) then redis.call('HDEL', KEYS[8], '_seq') end
   return 'raw-' .. now .. '-' .. redis.call('HINCRBY', KEYS[8], '_seq', 1)
 end
 
