@@ -319,3 +319,34 @@ def test_twilio_token_straddling_the_cut_is_redacted_whole() -> None:
         text = asyncio.run(go())
     assert "HTTP 400" in text
     assert leaks(text, TOKEN, SID, window=8) == []
+
+
+VONAGE_KEY, VONAGE_SECRET = "vonagekey42", "vonage-secret-Qx81-never-shown"
+
+
+def _vonage_echo(hit: Hit) -> Reply:
+    # Vonage sends the key and secret as form fields; a careless 200 with status 4 echoes
+    # them (and the raw form) in error-text, the secret across the 120-character cut.
+    text = echo_text(VONAGE_SECRET, VONAGE_KEY, 100) + " form=" + hit.body.decode()
+    body = {"messages": [{"status": "4", "error-text": text}]}
+    return Reply(200, json.dumps(body).encode())
+
+
+def test_vonage_secret_echoed_in_error_text_is_redacted() -> None:
+    with HttpServer(_vonage_echo) as server:
+        t = sms_transport_from_url(
+            f"vonage://{VONAGE_KEY}:{VONAGE_SECRET}@default?from=Acme&base_url={server.url}"
+        )
+
+        async def go() -> str:
+            try:
+                await t.send("+15551234567", SmsMessage("hi"), "d3")
+            except Exception as exc:
+                return f"{exc!s}"
+            finally:
+                await t.close()
+            return "sent?"
+
+        text = asyncio.run(go())
+    assert "vonage status 4" in text
+    assert leaks(text, VONAGE_SECRET, VONAGE_KEY, window=8) == []
