@@ -3,7 +3,8 @@
 Text carrying an OSC 52 clipboard write, ``ESC[2K``, the 8-bit CSI ``\\x9b``, NEL,
 DEL, a carriage return and a bidi override goes through every CLI output path: the
 worker's own lines and log (a real ``notify-worker`` process), ``failed list`` (plain
-and ``--json``), ``failed show`` and ``monitor`` (plain and ``--json``).
+and ``--json``), ``failed show``, ``monitor`` and ``batches list/show`` (plain and
+``--json``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def test_control_characters_are_escaped_on_every_cli_path(redis_url: str, prefix
         # And one whose name is not UTF-8 at all.
         r.hset(prefix.encode() + b":queue:{bad\xff\x9b}:jobs", "x", "y")
 
+        from tidings.queue.batch import batch
+
+        batch_id = batch([Hostile("in a batch")]).name(f"batch{EVIL}").allow_failures().dispatch()
         worker = cli(env, "--stop-when-empty", "--sleep", "0.2")
         assert worker.returncode == 0, worker.stderr
         outputs = {"worker stdout": worker.stdout, "worker log": worker.stderr}
@@ -81,6 +85,9 @@ def test_control_characters_are_escaped_on_every_cli_path(redis_url: str, prefix
             ["failed", "show", forged],
             ["monitor"],
             ["monitor", "--json"],
+            ["batches", "list"],
+            ["batches", "list", "--json"],
+            ["batches", "show", batch_id],
         ):
             done = cli(env, *args)
             assert done.returncode == 0, (args, done.stderr)
