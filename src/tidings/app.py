@@ -175,7 +175,7 @@ class App:
         if isinstance(obj, type | types.FunctionType) and not self.is_allowed(obj.__module__):
             raise PayloadRejected(
                 f"unknown job type {path!r}: defined in {obj.__module__!r}, "
-                "outside the allowed modules"
+                "outside the allowed modules; add its package to TIDINGS_ALLOWED_MODULES"
             )
         # Only successes are cached: the allow-list check above ran once for this path.
         self._resolved[path] = obj

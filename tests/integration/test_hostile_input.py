@@ -421,3 +421,17 @@ def test_garbage_in_limit_state_does_not_fail_the_jobs_under_it(app: App, value:
     assert work(app).exit_code == 0
     assert RUNS == ["limited"]
     assert app.queue_for(None).failed() == []
+
+
+def test_a_job_outside_the_allowed_modules_names_the_setting(redis_url: str, prefix: str) -> None:
+    narrow = App(
+        env=False, redis_url=redis_url, key=KEY, prefix=prefix, allowed_modules="elsewhere"
+    )
+    try:
+        job_id = Innocent("never").dispatch()
+        assert work(narrow).exit_code == 0
+        [record] = narrow.queue_for(None).failed()
+        assert record.id == job_id and RUNS == []
+        assert "TIDINGS_ALLOWED_MODULES" in record.exception and "-A" in record.exception
+    finally:
+        narrow.close()
