@@ -216,3 +216,55 @@ def test_an_existing_world_readable_home_is_tightened(tmp_path: Path) -> None:
     home.chmod(0o755)
     embedded_key(home)
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
+
+
+# -- queue binding and the legacy window ------------------------------------------------------
+
+
+def _body(pushed_at: float) -> dict[str, object]:
+    return {
+        "uuid": "a" * 32,
+        "displayName": "J",
+        "job": "app:J",
+        "data": {},
+        "maxTries": None,
+        "maxExceptions": None,
+        "backoff": None,
+        "timeout": None,
+        "retryUntil": None,
+        "pushedAt": pushed_at,
+        "chain": [],
+        "chainCatch": None,
+    }
+
+
+def test_signatures_bind_the_queue_and_legacy_ones_expire() -> None:
+    import hashlib
+    import hmac
+
+    import orjson
+
+    from tidings.errors import PayloadRejected
+    from tidings.queue.payload import LEGACY_SIGNATURE_WINDOW_S, open_envelope, seal
+    from tidings.queue.signing import Signer
+
+    key = b"k" * 32
+    signer = Signer([key])
+    body = _body(time.time())
+    env = seal(body, signer, max_bytes=1 << 20, queue="emails")  # type: ignore[arg-type]
+    assert open_envelope(env, signer, job_id="a" * 32, queue="emails")["uuid"] == "a" * 32
+    for other in ("default", "emails2", "email", ""):
+        with pytest.raises(PayloadRejected, match="for queue"):
+            open_envelope(env, signer, job_id="a" * 32, queue=other)
+
+    def legacy(pushed_at: float) -> bytes:
+        raw = orjson.dumps(_body(pushed_at))
+        sig = hmac.new(key, raw, hashlib.sha256).hexdigest().encode()
+        return b'{"sig":"' + sig + b'","body":' + raw + b"}"
+
+    # Queued by a version before the binding: runs on any queue while recent ...
+    assert open_envelope(legacy(time.time() - 60), signer, job_id="a" * 32, queue="x")
+    # ... and is refused once older than the window.
+    old = time.time() - LEGACY_SIGNATURE_WINDOW_S - 60
+    with pytest.raises(PayloadRejected, match="older tidings"):
+        open_envelope(legacy(old), signer, job_id="a" * 32, queue="x")
