@@ -10,7 +10,8 @@ registers ``TIDINGS_KEY``, the SMTP password, SMS tokens and webhook secrets; ea
 transport registers its own credentials) plus any passed in a call. Each is caught in
 these forms:
 
-* verbatim, URL-encoded (``quote``/``quote_plus``), JSON- and ``repr``-escaped;
+* verbatim, URL-encoded (``quote``/``quote_plus``, lower-case escapes, every byte
+  escaped), JSON- and ``repr``-escaped;
 * hex (lower and upper case) of its UTF-8 bytes;
 * base64 (standard and URL-safe alphabets), also *inside* a longer base64 run at any
   byte alignment, so the SMTP ``AUTH PLAIN`` blob ``base64("\\0user\\0password")`` and
@@ -106,7 +107,13 @@ def _forms(secrets: frozenset[str]) -> tuple[re.Pattern[str] | None, re.Pattern[
     cores: set[str] = set()
     for secret in secrets:
         raw = secret.encode("utf-8", "surrogatepass")
+        every_byte = "".join(f"%{b:02X}" for b in raw)  # percent-encoding of every byte
         plain |= {
+            every_byte,
+            every_byte.lower(),
+            re.sub(
+                "%[0-9A-F]{2}", lambda m: m.group(0).lower(), urllib.parse.quote(secret, safe="")
+            ),
             secret,
             urllib.parse.quote(secret, safe=""),
             urllib.parse.quote_plus(secret),
@@ -176,4 +183,3 @@ def shorten(text: str, limit: int = 300) -> str:
 def clean(text: str, limit: int = 300, secrets: Iterable[str | None] = ()) -> str:
     """Redact, then shorten: the one way peer text becomes a message."""
     return shorten(redact(text, secrets), limit)
-

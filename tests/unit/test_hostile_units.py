@@ -21,7 +21,7 @@ from tidings.notifications.mime import MAX_MESSAGE_BYTES, build_email
 from tidings.notifications.webhooks import WebhookVerificationError, sign, verify_webhook
 from tidings.terminal import escape, escape_json
 
-SECRET = "unit-redaction-secret-Zq9!x"
+SECRET = "unit-redaction-secret-Zq9!x/y"
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -43,8 +43,21 @@ def _registered() -> None:
         base64.b64encode(SECRET.encode()).decode(),
         base64.urlsafe_b64encode(SECRET.encode()).decode(),
         base64.b64encode(SECRET.encode()).decode().rstrip("="),
+        urllib.parse.quote(SECRET, safe="").replace("%2F", "%2f"),
+        "".join(f"%{b:02x}" for b in SECRET.encode()),
     ],
-    ids=["plain", "quote", "quote-plus", "hex", "HEX", "b64", "b64url", "b64-nopad"],
+    ids=[
+        "plain",
+        "quote",
+        "quote-plus",
+        "hex",
+        "HEX",
+        "b64",
+        "b64url",
+        "b64-nopad",
+        "quote-lower",
+        "every-byte",
+    ],
 )
 def test_each_form_of_a_registered_secret_is_removed(form: str) -> None:
     out = redaction.redact(f"server said: {form} (end)")
