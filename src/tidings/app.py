@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tidings import _current
+from tidings import _current, redaction
 from tidings.config import Settings
 from tidings.errors import PayloadRejected
 from tidings.events.call_queued import CallQueuedListener
@@ -47,6 +47,24 @@ def _caller_package() -> str | None:
     return None
 
 
+def _register_secrets(settings: Settings) -> None:
+    """Tell the redaction helper every secret this App was configured with (issue 12)."""
+    from urllib.parse import unquote, urlsplit
+
+    found: list[str | bytes | None] = [settings.webhook_secret]
+    found += [part.strip() for part in settings.key.split(",")]
+    found += parse_keys(settings.key)
+    urls = (settings.mail_url, settings.sms_url, settings.redis_url, *settings.connections.values())
+    for url in urls:
+        try:
+            password = urlsplit(url).password
+        except ValueError:
+            continue
+        if password:
+            found.append(unquote(password))
+    redaction.register(*found)
+
+
 class App:
     """A tidings application.
 
@@ -63,6 +81,7 @@ class App:
             options, None if env else {}, home=Path(home), app_package=_caller_package()
         )
         self.signer = Signer(parse_keys(self.settings.key))
+        _register_secrets(self.settings)
         self._queues: dict[str | None, RedisQueue] = {}
         self._queues_used: set[str] = {"default"}
         self._allowed = tuple(self.settings.allowed_modules)
@@ -136,7 +155,9 @@ class App:
         module, _, qualname = path.partition(":")
         if not module or not qualname or not self.is_allowed(module):
             raise PayloadRejected(
-                f"unknown job type {path!r}: not under the allowed modules {self._allowed}"
+                f"unknown job type {path!r}: not under the allowed modules {self._allowed}; "
+                "add its package to TIDINGS_ALLOWED_MODULES (App(allowed_modules=...)) or "
+                "start the worker with -A module:app"
             )
         try:
             obj: Any = importlib.import_module(module)
@@ -154,7 +175,7 @@ class App:
         if isinstance(obj, type | types.FunctionType) and not self.is_allowed(obj.__module__):
             raise PayloadRejected(
                 f"unknown job type {path!r}: defined in {obj.__module__!r}, "
-                "outside the allowed modules"
+                "outside the allowed modules; add its package to TIDINGS_ALLOWED_MODULES"
             )
         # Only successes are cached: the allow-list check above ran once for this path.
         self._resolved[path] = obj

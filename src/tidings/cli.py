@@ -22,7 +22,9 @@ import orjson
 from tidings.app import App
 from tidings.cli_batches import make_group as make_batches_group
 from tidings.queue.events import JobFailed, JobProcessed, JobProcessing, JobReleased
-from tidings.queue.worker import EXIT_STUCK, Worker, WorkerOptions
+from tidings.queue.worker import EXIT_CONFIG, EXIT_STUCK, Worker, WorkerOptions
+from tidings.redaction import redact
+from tidings.terminal import EscapingFormatter, escape, escape_json
 
 
 def load_app(spec: str | None) -> App:
@@ -88,9 +90,11 @@ def install_output(app: App, *, json_logs: bool) -> None:
                 "queue": e.queue,
             }
             record.update(fields)
-            out.write(orjson.dumps(record).decode() + "\n")
+            out.write(escape_json(orjson.dumps(record).decode()) + "\n")
         else:
-            out.write(f"{_stamp()} {e.job_id} {status:<10} {e.name}{extra}\n")
+            # Names, ids and exception texts come from job data: escape them (issue 12).
+            text = f"{_stamp()} {escape(e.job_id)} {status:<10} {escape(e.name)}{escape(extra)}"
+            out.write(text + "\n")
         flush_soon()
 
     def processing(e: JobProcessing) -> None:
@@ -157,9 +161,8 @@ def main(ctx: click.Context, /, app_spec: str | None, **opts: Any) -> None:
     ctx.obj = {"app_spec": app_spec}
     if ctx.invoked_subcommand is not None:
         return
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    _configure_logging()
+    _require_app(app_spec)
     if opts["processes"] > 1:
         from tidings.supervisor import supervise
 
@@ -197,6 +200,32 @@ def main(ctx: click.Context, /, app_spec: str | None, **opts: Any) -> None:
     sys.exit(code)
 
 
+def _configure_logging() -> None:
+    """Log lines carry exception texts from jobs and peers: redact and escape them."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    if not root.handlers:
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+
+
+def _require_app(app_spec: str | None) -> None:
+    """A worker that cannot resolve the classes it exists to run must not consume work."""
+    # DJANGO_SETTINGS_MODULE: the Django integration finds the app through it.
+    names = ("TIDINGS_APP", "TIDINGS_ALLOWED_MODULES", "DJANGO_SETTINGS_MODULE")
+    if app_spec or any(os.environ.get(name) for name in names):
+        return
+    click.echo(
+        "notify-worker: refusing to start: no app given, so no job class could be "
+        "imported and every job would fail. Name the app with -A module:app (or "
+        "TIDINGS_APP), or list the packages of your job classes in "
+        "TIDINGS_ALLOWED_MODULES.",
+        err=True,
+    )
+    sys.exit(EXIT_CONFIG)
+
+
 def _app(ctx: click.Context) -> App:
     return load_app(ctx.obj["app_spec"])
 
@@ -218,12 +247,13 @@ def monitor(ctx: click.Context, as_json: bool, queues: str | None) -> None:
     names = [q.strip() for q in queues.split(",")] if queues else None
     sizes = _app(ctx).queue_for(None).sizes(names)
     if as_json:
-        click.echo(orjson.dumps(sizes).decode())
+        click.echo(escape_json(orjson.dumps(sizes).decode()))
         return
     click.echo(f"{'queue':<20} {'ready':>8} {'delayed':>8} {'reserved':>8} {'failed':>8}")
     for name, s in sizes.items():
+        shown = escape(name)
         click.echo(
-            f"{name:<20} {s['ready']:>8} {s['delayed']:>8} {s['reserved']:>8} {s['failed']:>8}"
+            f"{shown:<20} {s['ready']:>8} {s['delayed']:>8} {s['reserved']:>8} {s['failed']:>8}"
         )
 
 
@@ -248,14 +278,16 @@ def failed_list(ctx: click.Context, as_json: bool) -> None:
     """List failed jobs."""
     records = _app(ctx).queue_for(None).failed()
     if as_json:
-        click.echo(orjson.dumps([r.summary() for r in records]).decode())
+        click.echo(escape_json(orjson.dumps([r.summary() for r in records]).decode()))
         return
     if not records:
         click.echo("No failed jobs.")
     for r in records:
         when = dt.datetime.fromtimestamp(r.failed_at).strftime("%Y-%m-%d %H:%M:%S")
         first = r.exception.strip().splitlines()[-1] if r.exception.strip() else ""
-        click.echo(f"{r.id}  {when}  {r.queue:<10} {r.name:<30} {first[:100]}")
+        # Everything here comes from job data or Redis: escape before printing.
+        name, queue = escape(r.name), escape(r.queue)
+        click.echo(f"{escape(r.id)}  {when}  {queue:<10} {name:<30} {escape(first[:100])}")
 
 
 @failed.command("show")
@@ -265,11 +297,14 @@ def failed_show(ctx: click.Context, job_id: str) -> None:
     """Show one failed job: its exception and payload."""
     record = _app(ctx).queue_for(None).find_failed(job_id)
     if record is None:
-        raise click.ClickException(f"no failed job {job_id}")
-    click.echo(f"id:        {record.id}\nqueue:     {record.queue}\nname:      {record.name}")
+        raise click.ClickException(f"no failed job {escape(job_id)}")
+    rid, queue, name = escape(record.id), escape(record.queue), escape(record.name)
+    click.echo(f"id:        {rid}\nqueue:     {queue}\nname:      {name}")
     click.echo(f"failed at: {dt.datetime.fromtimestamp(record.failed_at).isoformat()}")
-    click.echo(f"attempts:  {record.attempts}\n\n{record.exception}\n")
-    click.echo(record.payload.decode("utf-8", "replace")[:4096])
+    exception = escape(redact(record.exception), multiline=True)
+    click.echo(f"attempts:  {record.attempts}\n\n{exception}\n")
+    payload = redact(record.payload.decode("utf-8", "replace"))[:4096]
+    click.echo(escape(payload, multiline=True))
 
 
 @failed.command("retry")

@@ -10,6 +10,7 @@ import click
 import orjson
 
 from tidings.queue import batch as batches
+from tidings.terminal import escape, escape_json
 
 
 def _when(ts: float | None) -> str:
@@ -37,13 +38,14 @@ def make_group(load_app: Callable[[click.Context], Any]) -> click.Group:
         """List the most recent batches."""
         found = batches.list_batches(load_app(ctx), limit)
         if as_json:
-            click.echo(orjson.dumps([b.summary() for b in found]).decode())
+            click.echo(escape_json(orjson.dumps([b.summary() for b in found]).decode()))
             return
         if not found:
             click.echo("No batches.")
         for b in found:
+            name = escape(b.name[:20])  # batch names and ids are data: escape (issue 12)
             click.echo(
-                f"{b.id}  {_when(b.created_at)}  {b.name[:20]:<20} {_state(b):<9} "
+                f"{escape(b.id)}  {_when(b.created_at)}  {name:<20} {_state(b):<9} "
                 f"{b.progress:6.2f}%  {b.processed}/{b.total} done, {b.failed} failed"
             )
 
@@ -56,19 +58,20 @@ def make_group(load_app: Callable[[click.Context], Any]) -> click.Group:
         app = load_app(ctx)
         b = batches.find_batch(app, batch_id)
         if b is None:
-            raise click.ClickException(f"no batch {batch_id}")
+            raise click.ClickException(f"no batch {escape(batch_id)}")
         failed = batches.failed_job_ids(app, batch_id)
         if as_json:
-            click.echo(orjson.dumps({**b.summary(), "failed_ids": failed}).decode())
+            click.echo(escape_json(orjson.dumps({**b.summary(), "failed_ids": failed}).decode()))
             return
-        click.echo(f"id:        {b.id}\nname:      {b.name}\nstate:     {_state(b)}")
+        bid, name = escape(b.id), escape(b.name)
+        click.echo(f"id:        {bid}\nname:      {name}\nstate:     {_state(b)}")
         click.echo(f"progress:  {b.progress:.2f}%")
         click.echo(f"total:     {b.total}\npending:   {b.pending}")
         click.echo(f"processed: {b.processed}\nfailed:    {b.failed}")
         click.echo(f"created:   {_when(b.created_at)}\nfinished:  {_when(b.finished_at)}")
         click.echo(f"cancelled: {_when(b.cancelled_at)}")
         for job_id in failed:
-            click.echo(f"  failed job {job_id}")
+            click.echo(f"  failed job {escape(job_id)}")
 
     @group.command("cancel")
     @click.argument("batch_id")
@@ -76,7 +79,8 @@ def make_group(load_app: Callable[[click.Context], Any]) -> click.Group:
     def cancel(ctx: click.Context, batch_id: str) -> None:
         """Cancel a batch: its jobs not started yet are skipped."""
         ok = batches.cancel_batch(load_app(ctx), batch_id)
-        click.echo(f"Cancelled {batch_id}." if ok else f"{batch_id} was not running.")
+        shown = escape(batch_id)
+        click.echo(f"Cancelled {shown}." if ok else f"{shown} was not running.")
 
     @group.command("prune")
     @click.option("--hours", default=24.0, show_default=True)

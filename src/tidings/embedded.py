@@ -53,14 +53,29 @@ def _alive(sock_path: Path) -> bool:
         s.close()
 
 
+def private_dir(directory: Path) -> None:
+    """Create ``directory`` readable by its owner only (0700), tightening an old one.
+
+    It holds queued jobs (email addresses, phone numbers) and the signing key: another
+    local user must not read them (issue 12).
+    """
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        if directory.stat().st_mode & 0o077:
+            directory.chmod(0o700)
+    except OSError:  # pragma: no cover - not ours to change: leave it, the files are 0600
+        pass
+
+
 def ensure_embedded(directory: Path) -> str:
     """Start (or find) the embedded server in ``directory`` and return its URL."""
     directory = directory.resolve()
-    directory.mkdir(parents=True, exist_ok=True)
+    private_dir(directory)
     sock_path = directory / "redis.sock"
     if _alive(sock_path):
         return f"unix://{sock_path}"
-    with open(directory / "lock", "w") as lock:
+    lock_fd = os.open(directory / "lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    with open(lock_fd, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not _alive(sock_path):
             _start(directory, sock_path)
@@ -82,7 +97,10 @@ def _start(directory: Path, sock_path: Path) -> None:
         "--pidfile", str(directory / "redis.pid"),
         "--logfile", str(directory / "redis.log"),
     ]  # fmt: skip
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # umask 077: the append-only file, log and pid file are the owner's only (0600).
+    subprocess.run(
+        cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, umask=0o077
+    )
     deadline = time.monotonic() + 10
     while not _alive(sock_path):
         if time.monotonic() > deadline:
@@ -92,14 +110,23 @@ def _start(directory: Path, sock_path: Path) -> None:
 
 def embedded_key(directory: Path) -> str:
     """The signing key for the embedded default, generated once into ``directory/key``."""
-    directory.mkdir(parents=True, exist_ok=True)
+    private_dir(directory)
     path = directory / "key"
     if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        # Write a private temporary file, then link it into place: the link either makes
+        # the whole key appear at once or fails with EEXIST because another process won
+        # the race, and then its key is read (issue 12: 1 of 180 concurrent starts failed).
+        tmp = directory / f".key.{os.getpid()}.{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(fd, secrets.token_urlsafe(32).encode())
-        except BaseException:
+            os.fsync(fd)
+        finally:
             os.close(fd)
-            raise
-        os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
     return path.read_text().strip()

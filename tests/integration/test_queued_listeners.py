@@ -383,7 +383,7 @@ def body_of(app: App, job_id: str, queue: str = "default") -> JobBody:
     rq = app.queue_for(None)
     envelope = rq.client.hget(rq.keys(queue).jobs, job_id)
     assert isinstance(envelope, bytes), f"no envelope for {job_id} on {queue}"
-    return open_envelope(envelope, app.signer, job_id=job_id)
+    return open_envelope(envelope, app.signer, job_id=job_id, queue=queue)
 
 
 def received(name: str) -> list[tuple[Any, ...]]:

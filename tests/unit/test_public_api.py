@@ -55,6 +55,7 @@ PUBLIC: dict[str, set[str]] = {
         "NotificationSent",
         "SendQueuedNotification",
         "SmsMessage",
+        "WebhookEndpoint",
         "WebhookMessage",
         "route",
         "verify_webhook",

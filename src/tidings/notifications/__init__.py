@@ -10,7 +10,12 @@
 """
 
 from tidings.notifications.events import NotificationFailed, NotificationSending, NotificationSent
-from tidings.notifications.messages import MailMessage, SmsMessage, WebhookMessage
+from tidings.notifications.messages import (
+    MailMessage,
+    SmsMessage,
+    WebhookEndpoint,
+    WebhookMessage,
+)
 from tidings.notifications.notification import AnonymousNotifiable, Notifiable, Notification, route
 from tidings.notifications.queued import SendQueuedNotification
 from tidings.notifications.webhooks import verify_webhook
@@ -25,6 +30,7 @@ __all__ = [
     "NotificationSent",
     "SendQueuedNotification",
     "SmsMessage",
+    "WebhookEndpoint",
     "WebhookMessage",
     "route",
     "verify_webhook",

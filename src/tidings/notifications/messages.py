@@ -87,6 +87,7 @@ class Attachment:
             ValidationError: the file is gone or too large.
         """
         if isinstance(self.content, bytes):
+            _check_size(len(self.content))
             return self.content
         try:
             if self.content.stat().st_size > MAX_ATTACHMENT_BYTES:
@@ -95,6 +96,13 @@ class Attachment:
         except OSError as exc:
             msg = f"cannot read {self.name}: {exc.strerror}"
             raise ValidationError(msg, field="attachment") from None
+
+
+def _check_size(size: int) -> None:
+    if size > MAX_ATTACHMENT_BYTES:
+        raise ValidationError(
+            f"attachment is larger than 25 MiB ({size} bytes)", field="attachment"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +115,33 @@ class SmsMessage:
 
 @dataclass(frozen=True, slots=True)
 class WebhookMessage:
-    """A webhook payload; ``type`` names the event, ``url`` overrides the route."""
+    """A webhook payload; ``type`` names the event, ``url`` overrides the route.
+
+    ``secret`` (a ``whsec_…`` key) signs this delivery instead of the route's or the
+    app's ``TIDINGS_WEBHOOK_SECRET``: give each receiver its own secret (issue 12), so
+    one tenant's secret cannot forge deliveries another tenant's receiver accepts.
+    """
 
     data: dict[str, Any]
     type: str | None = field(default=None, kw_only=True)
     url: str | None = field(default=None, kw_only=True)
+    secret: str | None = field(default=None, kw_only=True, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookEndpoint:
+    """A webhook route with its own signing secret, as Stripe and Svix give each endpoint.
+
+    Return it from ``route_notification_for_webhook`` (resolved in the worker, so the
+    secret never enters Redis), or pass it to ``route("webhook", ...)`` (then it travels
+    in the signed job payload, readable by whoever can read Redis)::
+
+        def route_notification_for_webhook(self, notification):
+            return WebhookEndpoint(self.webhook_url, secret=self.webhook_secret)
+    """
+
+    url: str
+    secret: str | None = field(default=None, kw_only=True, repr=False)
 
 
 class MailMessage:
@@ -203,6 +233,8 @@ class MailMessage:
         """
         content: bytes | Path
         if isinstance(file, bytes | bytearray):
+            # The same limit as files (issue 12), checked when attached: at dispatch.
+            _check_size(len(file))
             content, default_name = bytes(file), "attachment"
         else:
             content = Path(file)

@@ -49,6 +49,9 @@ from tidings.notifications.validation import (
     validate_sender,
 )
 
+#: Most bytes of content (bodies and attachments, before base64) in one mail (issue 12).
+MAX_MESSAGE_BYTES = 30 * 1024 * 1024
+
 if TYPE_CHECKING:
     from tidings.notifications.messages import Attachment, RenderedMail
 
@@ -275,11 +278,20 @@ def build_email(
     if not files:
         return _multipart(msg, "alternative", body, texts)
     parts = [_multipart(EmailMessage(POLICY), "alternative", body, texts)]
+    total = len(rendered.text) + len(rendered.html)
     for attachment in files:
         maintype, subtype = attachment.mime.split("/", 1)
+        data = attachment.data()
+        total += len(data)
+        if total > MAX_MESSAGE_BYTES:
+            raise ValidationError(
+                f"message is larger than {MAX_MESSAGE_BYTES // (1024 * 1024)} MiB "
+                "with its attachments",
+                field="attachment",
+            )
         part = EmailMessage(POLICY)
         part.set_content(
-            attachment.data(),
+            data,
             maintype=maintype,
             subtype=subtype,
             disposition="attachment",

@@ -108,17 +108,19 @@ def verify_webhook(
     signatures = _header(headers, "webhook-signature")
     if not (msg_id and timestamp and signatures):
         raise WebhookVerificationError("missing required webhook headers")
-    try:
-        sent_at = int(timestamp.strip())
-    except ValueError:
-        raise WebhookVerificationError("invalid webhook-timestamp header") from None
+    timestamp = timestamp.strip()
+    # ASCII digits only (issue 12): int() would also take "+1700000000", "1_700_000_000"
+    # and non-ASCII digits, which other verifiers refuse.
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 15):
+        raise WebhookVerificationError("invalid webhook-timestamp header")
+    sent_at = int(timestamp)
     current = _clock.now() if now is None else now
     if sent_at < current - tolerance_s:
         raise WebhookVerificationError("message timestamp too old")
     if sent_at > current + tolerance_s:
         raise WebhookVerificationError("message timestamp too new")
 
-    expected = base64.b64decode(sign(secret, msg_id, timestamp.strip(), body)[3:])
+    expected = base64.b64decode(sign(secret, msg_id, timestamp, body)[3:])
     for entry in signatures.split(" "):
         version, _, encoded = entry.partition(",")
         if version != "v1" or not encoded:

@@ -32,6 +32,7 @@ cancels the batch.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -54,6 +55,8 @@ from tidings.queue.once import push_once, push_once_async
 from tidings.queue.payload import JobBody, seal
 from tidings.queue.producer import build_body, default_delay, new_id
 from tidings.queue.scripts import Arg, LuaScript
+
+log = logging.getLogger("tidings.worker")
 
 BATCH_ADD = LuaScript("batch_add")
 BATCH_RECORD = LuaScript("batch_record")
@@ -89,14 +92,15 @@ def _seal_item(app: Any, item: Item, batch_id: str, queue: str | None, job_id: s
     body: JobBody = build_body(job, job_id, pending.chain)
     body["chainCatch"] = pending.catch
     body["batch"] = batch_id
-    return str(q), job_id, seal(body, app.signer, max_bytes=app.max_payload_bytes), delay
+    envelope = seal(body, app.signer, max_bytes=app.max_payload_bytes, queue=str(q))
+    return str(q), job_id, envelope, delay
 
 
 def _callback_fields(app: Any, kind: str, job: Job, batch_id: str, queue: str | None) -> list[Arg]:
     q = queue or option(job.option_source(), "queue") or "default"
     body = build_body(job, new_id())
     body["batchCallback"] = batch_id
-    envelope = seal(body, app.signer, max_bytes=app.max_payload_bytes)
+    envelope = seal(body, app.signer, max_bytes=app.max_payload_bytes, queue=str(q))
     return [f"cb:{kind}:q", str(q), f"cb:{kind}:b", envelope]
 
 
@@ -297,8 +301,15 @@ async def record(app: Any, body: JobBody, outcome: str) -> None:
     k = BatchKeys.build(rq.prefix, batch_id)
     args: list[Arg] = [body["uuid"], outcome, int(KEEP_IDS_S * 1000)]
     raw = await BATCH_RECORD.acall(rq.aclient(), [k.info, k.finished, k.failed], args)
-    for _, queue, envelope in _callbacks(raw):
-        await push_once_async(rq, queue, _envelope_id(envelope), envelope)
+    for kind, queue, envelope in _callbacks(raw):
+        try:
+            callback_id = _envelope_id(envelope)
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            # A callback envelope spoiled in Redis (issue 12): it could never run (its
+            # signature is checked too); skip it rather than fail the job that fired it.
+            log.error("batch %s: %s callback is unreadable; skipped", batch_id, kind)
+            continue
+        await push_once_async(rq, queue, callback_id, envelope)
 
 
 class BatchGate:

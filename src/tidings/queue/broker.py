@@ -9,6 +9,7 @@ re-sent one finds the first run's receipt and changes nothing (docs/guarantees.m
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ import redis.asyncio
 from tidings.queue import scripts
 from tidings.queue.keys import QueueKeys
 from tidings.queue.redis_queue import DONE_KEEP_MS, DONE_MAX
+
+log = logging.getLogger("tidings.worker")
 
 
 @dataclass(slots=True)
@@ -51,18 +54,24 @@ class PopResult:
 def pop_result(k: QueueKeys, raw: list[Any]) -> PopResult:
     """Read the pop script's reply:
     ``{now_ms, wait_ms, dropped, id, attempts, exc, body, token, stalls, ...}``."""
-    jobs = [
-        Reserved(
-            raw[i].decode(),
-            k.name,
-            int(raw[i + 1]),
-            int(raw[i + 2]),
-            raw[i + 3],
-            int(raw[i + 4]),
-            int(raw[i + 5]),
-        )
-        for i in range(3, len(raw), 6)
-    ]
+    jobs = []
+    for i in range(3, len(raw) - 5, 6):
+        try:
+            jobs.append(
+                Reserved(
+                    raw[i].decode(),
+                    k.name,
+                    int(raw[i + 1]),
+                    int(raw[i + 2]),
+                    raw[i + 3],
+                    int(raw[i + 4]),
+                    int(raw[i + 5]),
+                )
+            )
+        except (AttributeError, TypeError, ValueError):
+            # The pop script vets ids and counters (issue 12); should anything slip past,
+            # the entry stays reserved until its lease ends, and the fetch loop lives on.
+            log.error("pop returned an unreadable entry on queue %r; skipped", k.name)
     wait = int(raw[1])
     return PopResult(jobs, None if wait < 0 else wait / 1000.0, int(raw[0]) / 1000.0, int(raw[2]))
 
@@ -98,6 +107,7 @@ class Broker:
             k.failed_body,
             k.tokens,
             k.receipt(f"pop:{self.worker_id}"),
+            k.done,  # issue 12: a finished job put back (a replay) is dropped
         ]
         seq = self._pop_seq.get(k.name, 0)
         return keys, [n, self.lease_ms, self.max_bytes, 1000, k.name, seq]

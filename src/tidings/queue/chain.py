@@ -89,7 +89,7 @@ async def push_next(app: Any, body: JobBody, queue: str) -> None:
     nbody: JobBody = nxt["body"]
     nbody["chain"] = chain_rest[1:]
     nbody["pushedAt"] = body["pushedAt"]
-    envelope = seal(nbody, app.signer, max_bytes=app.max_payload_bytes)
+    envelope = seal(nbody, app.signer, max_bytes=app.max_payload_bytes, queue=str(nxt["queue"]))
     delay = float(nxt.get("delay") or 0.0)
     await push_once_async(app.queue_for(None), nxt["queue"], nbody["uuid"], envelope, delay)
 
@@ -100,5 +100,5 @@ async def push_catch(app: Any, body: JobBody) -> None:
     if not catch:
         return
     cbody: JobBody = catch["body"]
-    envelope = seal(cbody, app.signer, max_bytes=app.max_payload_bytes)
+    envelope = seal(cbody, app.signer, max_bytes=app.max_payload_bytes, queue=str(catch["queue"]))
     await push_once_async(app.queue_for(None), catch["queue"], cbody["uuid"], envelope)

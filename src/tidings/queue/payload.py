@@ -4,8 +4,12 @@ A job is stored as an *envelope*, the exact bytes::
 
     {"sig":"<64 hex chars>","body":<body JSON>}
 
-The signature is an HMAC-SHA256 over the raw body bytes, so a worker checks it before it
-parses anything, and the envelope is still one JSON document for tools that read it.
+The signature is an HMAC-SHA256 over the queue name and the raw body bytes
+(``b"tidings:queue:<len>:<queue>\n" + body``), so a worker checks it before it parses
+anything, a job copied to another queue fails verification (issue 12), and the envelope
+is still one JSON document for tools that read it. Envelopes signed by older versions
+over the body alone are still accepted for :data:`LEGACY_SIGNATURE_WINDOW_S` after their
+``pushedAt`` (a signed field), so jobs queued before an upgrade drain.
 
 Body fields (:class:`JobBody`):
 
@@ -41,6 +45,7 @@ from typing import Any, NotRequired, TypedDict
 
 import orjson
 
+from tidings import _clock
 from tidings.errors import PayloadRejected, PayloadTooLarge, SerializationError
 from tidings.queue.signing import Signer
 
@@ -48,6 +53,15 @@ _HEAD = b'{"sig":"'
 _MID = b'","body":'
 _SIG_LEN = 64
 _BODY_AT = len(_HEAD) + _SIG_LEN + len(_MID)
+#: How long after ``pushedAt`` an envelope signed without the queue binding (by a
+#: version before it) is still run.
+LEGACY_SIGNATURE_WINDOW_S = 7 * 86400.0
+
+
+def _bound(queue: str) -> bytes:
+    """What a signature binds besides the body: the queue (length-prefixed)."""
+    name = queue.encode("utf-8", "surrogatepass")
+    return b"tidings:queue:%d:%s\n" % (len(name), name)
 
 
 class JobBody(TypedDict):
@@ -99,8 +113,8 @@ def _valid_backoff(spec: object) -> bool:
     return spec is None
 
 
-def seal(body: JobBody, signer: Signer, *, max_bytes: int) -> bytes:
-    """Encode and sign ``body`` into envelope bytes.
+def seal(body: JobBody, signer: Signer, *, max_bytes: int, queue: str = "default") -> bytes:
+    """Encode and sign ``body`` into envelope bytes, for ``queue`` only.
 
     Raises:
         PayloadTooLarge: the envelope is over ``max_bytes``; nothing was pushed.
@@ -112,7 +126,8 @@ def seal(body: JobBody, signer: Signer, *, max_bytes: int) -> bytes:
         raise SerializationError(
             f"payload of {body['displayName']} is not JSON-safe: {exc}"
         ) from exc
-    envelope = b"".join((_HEAD, signer.sign(raw).encode(), _MID, raw, b"}"))
+    signature = signer.sign(raw, _bound(queue)).encode()
+    envelope = b"".join((_HEAD, signature, _MID, raw, b"}"))
     if len(envelope) > max_bytes:
         raise PayloadTooLarge(
             f"payload of {body['displayName']} is {len(envelope)} bytes; the limit is {max_bytes}"
@@ -120,11 +135,14 @@ def seal(body: JobBody, signer: Signer, *, max_bytes: int) -> bytes:
     return envelope
 
 
-def open_envelope(envelope: bytes, signer: Signer, *, job_id: str) -> JobBody:
-    """Verify and parse an envelope.
+def open_envelope(
+    envelope: bytes, signer: Signer, *, job_id: str, queue: str = "default"
+) -> JobBody:
+    """Verify and parse an envelope popped from ``queue``.
 
     Raises:
-        PayloadRejected: unsigned, tampered, malformed, or queued under another id.
+        PayloadRejected: unsigned, tampered, signed for another queue, malformed, or
+            queued under another id.
     """
     if not (
         envelope.startswith(_HEAD)
@@ -133,8 +151,14 @@ def open_envelope(envelope: bytes, signer: Signer, *, job_id: str) -> JobBody:
     ):
         raise PayloadRejected("bad signature: payload is not a signed envelope")
     raw = envelope[_BODY_AT:-1]
-    if not signer.verify(raw, envelope[len(_HEAD) : len(_HEAD) + _SIG_LEN]):
-        raise PayloadRejected("bad signature: payload was not signed with this app's key")
+    signature = envelope[len(_HEAD) : len(_HEAD) + _SIG_LEN]
+    legacy = False
+    if not signer.verify(raw, signature, _bound(queue)):
+        legacy = signer.verify(raw, signature)
+        if not legacy:
+            raise PayloadRejected(
+                f"bad signature: payload was not signed with this app's key for queue {queue!r}"
+            )
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -153,4 +177,9 @@ def open_envelope(envelope: bytes, signer: Signer, *, job_id: str) -> JobBody:
         raise PayloadRejected("malformed payload: field 'backoff' has the wrong shape")
     if body["uuid"] != job_id:
         raise PayloadRejected("malformed payload: body id does not match the queued id")
+    if legacy and _clock.now() - body["pushedAt"] > LEGACY_SIGNATURE_WINDOW_S:
+        raise PayloadRejected(
+            "bad signature: signed without the queue binding (an older tidings) and "
+            "pushed more than 7 days ago"
+        )
     return body  # type: ignore[return-value]

@@ -87,4 +87,5 @@ def prepare(
     job_id = new_id()
     body = build_body(job, job_id, pending.chain)
     body["chainCatch"] = pending.catch
-    return str(queue), job_id, seal(body, signer, max_bytes=max_bytes), delay
+    envelope = seal(body, signer, max_bytes=max_bytes, queue=str(queue))
+    return str(queue), job_id, envelope, delay

@@ -6,6 +6,7 @@ The worker's moves (pop, ack, release, fail, extend) live in :mod:`tidings.queue
 from __future__ import annotations
 
 import asyncio
+import math
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -28,6 +29,11 @@ from tidings.queue.keys import QueueKeys, queue_pattern, restart_key
 _UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 DONE_KEEP_MS = 3600 * 1000
 DONE_MAX = 100_000
+
+
+def _key_text(key: object) -> str:
+    # Key names written by hand may not be UTF-8 (issue 12): list them, escaped.
+    return key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else str(key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,11 +211,11 @@ class RedisQueue:
         pattern = queue_pattern(self.prefix)
         start = len(f"{self.prefix}:queue:{{")
         for key in self.client.scan_iter(match=pattern, count=500):
-            text = key.decode() if isinstance(key, bytes) else str(key)
+            text = _key_text(key)
             names.add(text[start : text.rindex("}")])
         for suffix in ("failed", "delayed"):
             for key in self.client.scan_iter(match=f"{self.prefix}:queue:{{*}}:{suffix}"):
-                text = key.decode() if isinstance(key, bytes) else str(key)
+                text = _key_text(key)
                 names.add(text[start : text.rindex("}")])
         return sorted(names)
 
@@ -278,7 +284,12 @@ class RedisQueue:
     def restart_requested_at(self) -> float:
         """When ``restart`` was last asked for (Redis time), 0 if never."""
         raw = self.client.get(restart_key(self.prefix))
-        return float(raw) if raw else 0.0
+        try:
+            value = float(raw) if raw else 0.0
+        except ValueError:
+            value = 0.0
+        # Written by hand (issue 12: garbage, nan, inf): no restart was asked for.
+        return value if math.isfinite(value) else 0.0
 
     # -- the failed store ------------------------------------------------------------
 
@@ -289,29 +300,37 @@ class RedisQueue:
             k = self.keys(name)
             client: Any = self.client  # redis-py's sync return types are loose unions
             for raw_id, score in client.zrange(k.failed, 0, -1, withscores=True):
-                job_id = raw_id.decode()
-                record = self._failed_record(name, job_id, score)
+                record = self._failed_record(name, raw_id, score)
                 if record is not None:
                     records.append(record)
         records.sort(key=lambda r: r.failed_at)
         return records
 
-    def _failed_record(self, queue: str, job_id: str, score: float) -> FailedJob | None:
+    def _failed_record(self, queue: str, job_id: str | bytes, score: float) -> FailedJob | None:
         k = self.keys(queue)
         client: Any = self.client
         info_raw, body = client.hget(k.failed_info, job_id), client.hget(k.failed_body, job_id)
         try:
             info = orjson.loads(info_raw) if info_raw else {}
         except orjson.JSONDecodeError:
+            info = None
+        if not isinstance(info, dict):
+            # Valid JSON that is not an object (issue 12) is as unreadable as non-JSON.
             info = {"exception": "(unreadable failure record)"}
+        attempts = info.get("attempts")
+        if not isinstance(attempts, int) or isinstance(attempts, bool):
+            attempts = 0
+        if isinstance(job_id, bytes):
+            # Ids written by hand may not be UTF-8 (issue 12): show the bytes, escaped.
+            job_id = job_id.decode("utf-8", "backslashreplace")
         return FailedJob(
             id=job_id,
             queue=queue,
             name=str(info.get("name", "?")),
             failed_at=score / 1000.0,
             exception=str(info.get("exception", "")),
-            attempts=int(info.get("attempts") or 0),
-            payload=body or b"",
+            attempts=attempts,
+            payload=body if isinstance(body, bytes) else b"",
         )
 
     def find_failed(self, job_id: str) -> FailedJob | None:

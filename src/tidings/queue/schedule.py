@@ -165,8 +165,9 @@ class Scheduler:
         app = self.app
         rq = app.queue_for(None)
         job_id = uuid.uuid5(uuid.NAMESPACE_URL, f"{rq.prefix}|{s.name}|{int(tick * 1000)}").hex
-        queue = s.queue or option(s.job.option_source(), "queue") or "default"
-        envelope = seal(build_body(s.job, job_id), app.signer, max_bytes=app.max_payload_bytes)
+        queue = str(s.queue or option(s.job.option_source(), "queue") or "default")
+        body = build_body(s.job, job_id)
+        envelope = seal(body, app.signer, max_bytes=app.max_payload_bytes, queue=queue)
         if await push_once_async(rq, str(queue), job_id, envelope):
             self.dispatched += 1
             log.info("scheduler: dispatched %s for tick %.3f as %s", s.name, tick, job_id)

@@ -38,19 +38,25 @@ class Signer:
         # wait, is most of a signature's cost).
         self._macs = [hmac.new(k, digestmod=hashlib.sha256) for k in keys]
 
-    def sign(self, body: bytes) -> str:
-        """Hex HMAC-SHA256 of ``body``."""
-        return _hex(self._macs[0], body)
+    def sign(self, body: bytes, context: bytes = b"") -> str:
+        """Hex HMAC-SHA256 of ``context`` followed by ``body``.
 
-    def verify(self, body: bytes, signature: bytes) -> bool:
+        ``context`` binds the signature to where the body may be used (the payload
+        passes the queue name), without copying the body.
+        """
+        return _hex(self._macs[0], body, context)
+
+    def verify(self, body: bytes, signature: bytes, context: bytes = b"") -> bool:
         """Constant-time check of ``signature`` (hex) against every key."""
         ok = False
         for base in self._macs:
-            ok |= hmac.compare_digest(_hex(base, body).encode(), signature)
+            ok |= hmac.compare_digest(_hex(base, body, context).encode(), signature)
         return ok
 
 
-def _hex(base: hmac.HMAC, body: bytes) -> str:
+def _hex(base: hmac.HMAC, body: bytes, context: bytes = b"") -> str:
     mac = base.copy()
+    if context:
+        mac.update(context)
     mac.update(body)
     return mac.hexdigest()

@@ -111,7 +111,7 @@ def _prepare(app: Any, pending: PendingDispatch, guard: Guard) -> _Prepared:
     body["chainCatch"] = pending.catch
     if guard.kind == "unique" and guard.until == "processing":
         body["unique"] = guard.name
-    envelope = seal(body, app.signer, max_bytes=app.max_payload_bytes)
+    envelope = seal(body, app.signer, max_bytes=app.max_payload_bytes, queue=queue)
     rq: RedisQueue = app.queue_for(pending.connection or option(src, "connection"))
     app._queues_used.add(queue)  # job_status looks there
     k = rq.keys(queue)

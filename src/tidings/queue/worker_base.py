@@ -32,6 +32,7 @@ from tidings.queue.payload import JobBody
 from tidings.queue.redis_queue import RedisQueue
 from tidings.queue.signing import Signer
 from tidings.queue.wakeup import Waiter
+from tidings.redaction import redact
 
 log = logging.getLogger("tidings.worker")
 
@@ -96,11 +97,13 @@ class WorkerOptions:
 
 
 def short_error(exc: BaseException) -> str:
-    """``Type: message``, cut to 500 characters, for logs and lifecycle events."""
+    """``Type: message``, redacted, then cut to 500 characters, for logs and events."""
     try:
         text = f"{type(exc).__name__}: {exc}"
     except Exception:  # a hostile __str__ must not break the worker's bookkeeping
         text = f"{type(exc).__name__}: <str() failed>"
+    # Redact before cutting: a secret straddling the cut must not survive in part.
+    text = redact(text)
     return text if len(text) <= 500 else text[:500] + "..."
 
 
@@ -163,6 +166,7 @@ class WorkerBase:
         # Holds the task that ends a blocking wait on stop (asyncio keeps only weak refs).
         self._interrupting: asyncio.Task[None] | None = None
         self._wait_errors = 0
+        self._restart_garbage_logged = False
         self._threads_busy = 0
 
     def stop(self, reason: str = "stopped", code: int | None = None) -> None:

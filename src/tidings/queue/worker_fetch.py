@@ -116,7 +116,23 @@ class Fetcher(JobRunner):
         wait: float | None = None
         n_max = 1 if self.opts.once else free
         for k in self.keys:
-            res = await self.broker.pop(k, n_max)
+            try:
+                res = await self.broker.pop(k, n_max)
+            except ResponseError as exc:
+                if is_transient(exc):
+                    raise
+                # Data, not Redis, is broken (a key of the wrong type written by hand):
+                # this queue is skipped with an error line; the others and the worker go
+                # on (issue 12: the fetch loop never dies of data).
+                log.error("cannot pop from queue %r: %s", k.name, short_error(exc))
+                continue
+            if res.dropped:
+                log.info(
+                    "queue %r: dropped %d entries of running or finished jobs "
+                    "(stale copies or replays)",
+                    k.name,
+                    res.dropped,
+                )
             if res.wait_s is not None:
                 wait = res.wait_s if wait is None else min(wait, res.wait_s)
             for job in res.jobs:
@@ -150,7 +166,12 @@ class Fetcher(JobRunner):
             return None
         except (*REDIS_ERRORS, ResponseError) as exc:
             if not is_transient(exc):
-                raise
+                # Broken data behind the pop that rides the wait (issue 12): the fetch
+                # loop's own pop reports it per queue; never die of it.
+                log.error("wait failed: %s", short_error(exc))
+                self._wait_errors += 1
+                await asyncio.sleep(min(timeout, 0.05 * 2 ** min(self._wait_errors, 5)))
+                return None
             # The fetch loop pops at once (a killed connection costs no wait) and backs
             # off if Redis is down; only a wait failing again and again sleeps here.
             self._wait_errors += 1

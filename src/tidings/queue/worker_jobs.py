@@ -41,6 +41,7 @@ from tidings.queue.events import JobFailed, JobProcessed, JobProcessing, JobRele
 from tidings.queue.job import Job, JobRun, _run, running
 from tidings.queue.payload import JobBody, open_envelope
 from tidings.queue.worker_base import EXIT_STUCK, RunningJob, WorkerBase, short_error
+from tidings.redaction import redact
 
 log = logging.getLogger("tidings.worker")
 
@@ -48,7 +49,12 @@ MAX_EXCEPTION_TEXT = 8192
 
 
 def _exception_text(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception(exc))
+    try:
+        text = "".join(traceback.format_exception(exc))
+    except Exception:  # a hostile __str__ must not break the worker's bookkeeping
+        text = f"{type(exc).__name__}: <traceback could not be formatted>"
+    # Redact the whole text before cutting it (issue 12): the failed store keeps it.
+    text = redact(text)
     if len(text) > MAX_EXCEPTION_TEXT:
         text = (
             text[: MAX_EXCEPTION_TEXT // 2]
@@ -92,7 +98,7 @@ class JobRunner(WorkerBase):
         k = self.rq.keys(res.queue)
         self._fault("after_pop")
         try:
-            body = open_envelope(res.envelope, self.signer, job_id=res.id)
+            body = open_envelope(res.envelope, self.signer, job_id=res.id, queue=res.queue)
         except PayloadRejected as exc:
             await self._fail(res, None, None, exc, t0, name="(rejected)")
             return

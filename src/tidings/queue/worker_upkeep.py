@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 from typing import Any
 
@@ -121,7 +122,16 @@ class Upkeep(WorkerBase):
     async def _check_restart(self, *, initial: bool = False) -> None:
         assert self._client is not None
         raw = await self._client.get(restart_key(self.rq.prefix))
-        value = float(raw) if raw else 0.0
+        try:
+            value = float(raw) if raw else 0.0
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            # Written by hand (issue 12): not a restart request; never a reason to die.
+            if not self._restart_garbage_logged:
+                self._restart_garbage_logged = True
+                log.warning("ignoring the restart key: it is not a Redis timestamp")
+            value = self._restart_seen if not initial else 0.0
         if initial:
             self._restart_seen = value
         elif value > self._restart_seen:

@@ -10,8 +10,6 @@ through :func:`redact` first, because messages end up in logs and the failed sto
 
 from __future__ import annotations
 
-import base64
-import re
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,6 +17,8 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
 from tidings import _clock
+from tidings import redaction as _redaction
+from tidings.redaction import REDACTED
 
 __all__ = [
     "MAX_RETRY_AFTER_S",
@@ -32,18 +32,8 @@ __all__ = [
     "shorten",
 ]
 
-REDACTED = "[REDACTED]"
 #: Longest delay a peer's ``Retry-After`` may impose (a "10 days" header is capped).
 MAX_RETRY_AFTER_S = 3600.0
-
-# Credentials that look like credentials, whoever they belong to: an echoed
-# Authorization header, Basic/Bearer tokens, Standard Webhooks secrets, URL userinfo.
-_PATTERNS = (
-    re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*)[^\r\n]+"),
-    re.compile(r"(?i)\b((?:basic|bearer)\s+)[A-Za-z0-9+/=._~-]{4,}"),
-    re.compile(r"whsec_[A-Za-z0-9+/=]+"),
-    re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]*:[^/\s@]*@"),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,38 +57,15 @@ class DeliveryResult:
     status: int | None = None
 
 
-def _variants(secret: str) -> set[str]:
-    forms = {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}
-    forms.add(base64.b64encode(secret.encode()).decode("ascii"))
-    return {form for form in forms if form}
-
-
 def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     """Remove secrets from ``text`` before it is logged or raised.
 
-    Each secret is removed verbatim and in its URL-encoded and base64 forms; for a
-    ``user:password`` pair pass both parts and the joined ``user:password`` too, so
-    the Basic-auth encoding of the pair is caught. Whatever looks like an
-    Authorization value, a Basic/Bearer token, a ``whsec_`` secret or URL userinfo
-    is removed as well.
-
-    Args:
-        text: the message to clean.
-        secrets: strings that must not appear; empty ones are ignored.
-
-    Returns:
-        ``text`` with every secret replaced by ``[REDACTED]``.
+    The one redaction helper, :func:`tidings.redaction.redact`: ``secrets`` plus every
+    secret registered in the process, verbatim, URL-encoded, hex and base64 (also inside
+    a longer base64 run, as in SMTP ``AUTH PLAIN``), and whatever looks like an
+    Authorization value, a Basic/Bearer token, a ``whsec_`` secret or URL userinfo.
     """
-    forms: set[str] = set()
-    for secret in secrets:
-        if secret:
-            forms |= _variants(secret)
-    # Longest first, so a secret that contains another is removed whole.
-    for form in sorted(forms, key=len, reverse=True):
-        text = text.replace(form, REDACTED)
-    for pattern in _PATTERNS:
-        text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + REDACTED, text)
-    return text
+    return _redaction.redact(text, secrets)
 
 
 def safe_cause(exc: BaseException, secrets: Iterable[str | None]) -> BaseException | None:
@@ -133,9 +100,11 @@ def find_cause(exc: BaseException, kind: type[BaseException]) -> BaseException |
 
 
 def shorten(text: str, limit: int = 300) -> str:
-    """Collapse whitespace and cut ``text`` to ``limit`` characters."""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """Redact the registered secrets, then collapse whitespace and cut to ``limit``.
+
+    Redacting first matters: a secret straddling the cut would otherwise survive in part.
+    """
+    return _redaction.clean(text, limit)
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:

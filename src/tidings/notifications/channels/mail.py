@@ -43,6 +43,7 @@ from typing import Literal, Protocol
 import aiosmtplib
 from aiosmtplib.email import flatten_message, parse_address
 
+from tidings import redaction
 from tidings.errors import (
     ChannelError,
     ConfigurationError,
@@ -185,6 +186,7 @@ class SmtpTransport:
         self._username, self._password = username, password
         self._tls, self._timeout_s = tls, timeout_s
         self._secrets = [password, f"{username}:{password}" if username else None]
+        redaction.register(*self._secrets)  # every log line and CLI line redacts them
         # Loading the system trust store takes ~25 ms: skip it when TLS is off (a CA
         # bundle named anyway is still loaded, so a bad path is reported here).
         self._tls_context: ssl.SSLContext | None = None

@@ -101,9 +101,16 @@ class WebhookChannel:
         )
 
     async def send(self, notifiable: Any, notification: Any, delivery_id: str) -> Any:
+        from tidings.notifications.messages import WebhookEndpoint
+
         message = _message(notification, "webhook", notifiable)
         url = getattr(message, "url", None) or _route(notifiable, "webhook", notification)
-        return await self.transport.send(str(url), message, delivery_id)
+        # Per-endpoint secrets (issue 12): the message's, else the route's, else the app's.
+        secret = getattr(message, "secret", None)
+        if isinstance(url, WebhookEndpoint):
+            secret = secret or url.secret
+            url = url.url
+        return await self.transport.send(str(url), message, delivery_id, secret=secret)
 
     async def close(self) -> None:
         await self.transport.close()
@@ -164,7 +171,8 @@ class ChannelManager:
         elif name == "sms":
             validate_e164(str(value), "to")
         else:
-            check_url(str(value), self.app.settings.webhook_allow_private)
+            url = getattr(value, "url", value)  # a WebhookEndpoint carries its secret too
+            check_url(str(url), self.app.settings.webhook_allow_private)
 
     async def send(self, name: str, notifiable: Any, notification: Any, delivery_id: str) -> Any:
         """Send on channel ``name``; built-ins get the delivery id too."""

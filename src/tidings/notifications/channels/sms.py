@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from tidings import redaction
 from tidings.errors import (
     ChannelError,
     ConfigurationError,
@@ -122,6 +123,7 @@ class HttpSmsTransport:
         self._provider, self._key, self._secret = provider, key, secret
         self._sender, self._base, self._timeout_s = sender, base, timeout_s
         self._secrets = [secret, f"{key}:{secret}"]
+        redaction.register(*self._secrets)  # every log line and CLI line redacts them
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s), trust_env=False, follow_redirects=False
         )

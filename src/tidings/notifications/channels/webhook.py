@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 import orjson
 
-from tidings import _clock
+from tidings import _clock, redaction
 from tidings.errors import (
     ChannelError,
     PermanentChannelError,
@@ -141,7 +141,9 @@ class WebhookTransport:
             ConfigurationError: the secret is not valid base64.
         """
         self._key = decode_secret(secret) if secret else None
-        self._secrets = [secret]
+        self._secrets: list[str | None] = [secret]
+        self._endpoint_keys: dict[str, bytes] = {}
+        redaction.register(*self._secrets)  # every log line and CLI line redacts them
         self._allow_private = allow_private
         self._resolver: Resolver = resolver or SystemResolver()
         self._deadline_s, self._cap = deadline_s, max_response_bytes
@@ -158,8 +160,13 @@ class WebhookTransport:
             trust_env=False,
         )
 
-    async def send(self, url: str, message: WebhookMessage, delivery_id: str) -> DeliveryResult:
+    async def send(
+        self, url: str, message: WebhookMessage, delivery_id: str, *, secret: str | None = None
+    ) -> DeliveryResult:
         """POST ``message`` to ``url`` (the caller picks ``message.url`` over the route).
+
+        ``secret`` signs this delivery instead of the transport's own (per-endpoint
+        secrets); the transport's is the fallback.
 
         Raises:
             ValidationError: forbidden or malformed URL, or unserializable data.
@@ -171,6 +178,7 @@ class WebhookTransport:
             raise RuntimeError("the webhook transport has been closed")
         validate_delivery_id(delivery_id)
         target = check_url(url, self._allow_private)
+        key = self._key_for(secret)
         body = _encode(message)
         ip = await resolve_target(
             target,
@@ -179,7 +187,7 @@ class WebhookTransport:
             timeout_s=self._connect_timeout_s,
         )
         request = self._client.build_request(
-            "POST", url, content=body, headers=self._headers(delivery_id, body)
+            "POST", url, content=body, headers=self._headers(delivery_id, body, key)
         )
         status: int | None = None
         headers: httpx.Headers | None = None
@@ -211,7 +219,21 @@ class WebhookTransport:
         assert status is not None and headers is not None
         return self._outcome(status, headers, b"".join(chunks), delivery_id)
 
-    def _headers(self, delivery_id: str, body: bytes) -> dict[str, str]:
+    def _key_for(self, secret: str | None) -> bytes | None:
+        """The signing key of one endpoint's secret (decoded once), else the app's."""
+        if not secret:
+            return self._key
+        key = self._endpoint_keys.get(secret)
+        if key is None:
+            key = decode_secret(secret)
+            redaction.register(secret)  # never in a log line or the failed store
+            if len(self._endpoint_keys) >= 1024:
+                self._endpoint_keys.clear()
+            self._endpoint_keys[secret] = key
+            self._secrets.append(secret)
+        return key
+
+    def _headers(self, delivery_id: str, body: bytes, key: bytes | None) -> dict[str, str]:
         timestamp = str(int(_clock.now()))
         headers = {
             "content-type": "application/json",
@@ -220,8 +242,8 @@ class WebhookTransport:
             "webhook-id": delivery_id,
             "webhook-timestamp": timestamp,
         }
-        if self._key is not None:
-            headers["webhook-signature"] = sign(self._key, delivery_id, timestamp, body)
+        if key is not None:
+            headers["webhook-signature"] = sign(key, delivery_id, timestamp, body)
         elif not self._warned:
             self._warned = True
             _log.warning("webhook secret not set: webhooks are sent unsigned")
@@ -263,7 +285,8 @@ class WebhookTransport:
     def _outcome(
         self, status: int, headers: httpx.Headers, body: bytes, delivery_id: str
     ) -> DeliveryResult:
-        excerpt = redact(shorten(body[:1024].decode("utf-8", "replace")), self._secrets)
+        # Redact the whole body first, then cut: a secret across the cut must not survive.
+        excerpt = shorten(redact(body.decode("utf-8", "replace"), self._secrets))
         if 200 <= status < 300:
             return DeliveryResult("webhook", delivery_id, excerpt or f"HTTP {status}", None, status)
         text = f"HTTP {status}" + (f": {excerpt}" if excerpt else "")

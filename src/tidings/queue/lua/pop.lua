@@ -4,6 +4,7 @@
 -- KEYS[7] failed zset       KEYS[8] failed info hash  KEYS[9] failed body hash
 -- KEYS[10] reservation token counter ({prefix}:queue:{Q}:tokens)
 -- KEYS[11] this worker's pop receipt ({prefix}:queue:{Q}:rcpt:pop:<worker>)
+-- KEYS[12] done zset (ids of finished jobs: a copy put back is a replay, dropped)
 -- ARGV[1] max jobs to reserve   ARGV[2] lease (retry_after) in ms
 -- ARGV[3] max body bytes        ARGV[4] migration chunk size   ARGV[5] queue name
 -- ARGV[6] the worker's pop sequence number (it moves on only after a reply arrived)
@@ -33,16 +34,42 @@ local function migrate(from)
 end
 migrate(KEYS[2])
 
+-- Hostile input (issue 12): anything read from Redis is checked before the first write
+-- for its job, so a malformed entry fails (or drops) that one job and never raises
+-- half-way through the pop, which would leave the jobs reserved before it stranded.
+local function valid_id(id)
+  -- Job ids are short printable ASCII (32 hex chars in practice); anything else
+  -- (control bytes, invalid UTF-8) would break the worker that decodes it.
+  return #id > 0 and #id <= 128 and not string.find(id, '[^!-~]')
+end
+local function counter(v)
+  -- A counter beside a job: absent is 0; anything but a plain integer is corrupt (nil).
+  if not v then return 0 end
+  if #v > 15 or not string.match(v, '^%-?%d+$') then return nil end
+  return tonumber(v)
+end
+local function raw_id()
+  -- The sequence is data too: a hand-written one would make HINCRBY raise.
+  if not counter(redis.call('HGET', KEYS[8], '_seq')) then redis.call('HDEL', KEYS[8], '_seq') end
+  return 'raw-' .. now .. '-' .. redis.call('HINCRBY', KEYS[8], '_seq', 1)
+end
+
 local function recover()
   local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, chunk)
   if #due > 0 then
     redis.call('ZREM', KEYS[3], unpack(due))
     redis.call('RPUSH', KEYS[1], unpack(due))
     for _, id in ipairs(due) do
-      if redis.call('HEXISTS', KEYS[5], id) == 1 then
-        redis.call('HINCRBY', KEYS[6], id .. ':s', 1)
-        if tonumber(redis.call('HGET', KEYS[6], id) or '0') > 0 then
-          redis.call('HINCRBY', KEYS[6], id, -1)
+      if valid_id(id) and redis.call('HEXISTS', KEYS[5], id) == 1 then
+        local c = redis.call('HMGET', KEYS[6], id, id .. ':s')
+        local attempts, stalls = counter(c[1]), counter(c[2])
+        -- Corrupt counters (issue 12) are left as they are: the pop below fails that job.
+        if attempts and stalls then
+          if attempts > 0 then
+            redis.call('HSET', KEYS[6], id .. ':s', stalls + 1, id, attempts - 1)
+          else
+            redis.call('HSET', KEYS[6], id .. ':s', stalls + 1)
+          end
         end
       end
     end
@@ -82,9 +109,12 @@ if rcpt and string.sub(rcpt, 1, #seq + 1) == seq .. '|' then
   for i = 1, #held - 1, 2 do
     local id, tok = held[i], held[i + 1]
     local body = redis.call('HGET', KEYS[5], id)
-    if body and redis.call('HGET', KEYS[6], id .. ':t') == tok
+    if body and counter(tok) and redis.call('HGET', KEYS[6], id .. ':t') == tok
       and redis.call('ZSCORE', KEYS[3], id) then
-      hand_out(id, body, tok, redis.call('HMGET', KEYS[6], id, id .. ':e', id .. ':s'))
+      local c = redis.call('HMGET', KEYS[6], id, id .. ':e', id .. ':s')
+      c = {counter(c[1]), counter(c[2]), counter(c[3])}
+      -- Counters spoiled since the first run: left reserved, they stall and fail below.
+      if c[1] and c[2] and c[3] then hand_out(id, body, tok, c) end
     end
   end
   max = 0
@@ -92,23 +122,44 @@ end
 
 -- Tokens: one read of the counter now and one write after the loop, not one INCR a job.
 local got = {}
-local last = tonumber(redis.call('GET', KEYS[10]) or '0')
+-- A hand-written counter (issue 12) restarts from the clock, which only moves forward.
+local last = counter(redis.call('GET', KEYS[10])) or now
 while n < max do
   local id = redis.call('LPOP', KEYS[1])
   if not id then break end
   local body = redis.call('HGET', KEYS[5], id)
-  if not body then
+  local counts, sound = nil, true
+  if body and valid_id(id) then
+    local c = redis.call('HMGET', KEYS[6], id, id .. ':e', id .. ':s')
+    counts = {counter(c[1]), counter(c[2]), counter(c[3])}
+    sound = counts[1] ~= nil and counts[2] ~= nil and counts[3] ~= nil
+  end
+  if not valid_id(id) then
+    -- Not a usable job id: keep what it pointed to (or the id itself) for inspection.
+    if body then
+      redis.call('HDEL', KEYS[5], id)
+      redis.call('HDEL', KEYS[6], id, id .. ':e', id .. ':t', id .. ':s')
+    end
+    fail(raw_id(), 'malformed queue entry: job id is not printable ASCII', body or id)
+  elseif not body then
     if #id == 32 and string.match(id, '^%x+$') then
       -- A stale copy of a job that already finished: nothing to run.
       dropped = dropped + 1
     else
       -- Not a job id: a raw payload someone pushed. Keep it for inspection.
-      local fid = 'raw-' .. now .. '-' .. redis.call('HINCRBY', KEYS[8], '_seq', 1)
-      fail(fid, 'malformed queue entry: not a job id', id)
+      fail(raw_id(), 'malformed queue entry: not a job id', id)
     end
   elseif redis.call('ZSCORE', KEYS[3], id) then
     -- Duplicate id of a job being run right now: that run covers it.
     dropped = dropped + 1
+  elseif redis.call('ZSCORE', KEYS[12], id) or redis.call('ZSCORE', KEYS[7], id) then
+    -- A finished (or failed) job put back: a replay of a copied envelope. Drop it.
+    redis.call('HDEL', KEYS[5], id)
+    redis.call('HDEL', KEYS[6], id, id .. ':e', id .. ':t', id .. ':s')
+    dropped = dropped + 1
+  elseif not sound then
+    fail(id, 'corrupt attempts counter beside the job (not an integer); ' ..
+      '`notify-worker failed retry` runs it again with fresh counters', body)
   elseif #body > max_bytes then
     fail(id, 'payload too large: ' .. #body .. ' bytes', body)
   elseif not pcall(cjson.decode, body) then
@@ -116,8 +167,7 @@ while n < max do
   else
     redis.call('ZADD', KEYS[3], now + lease, id)
     -- One read and one write of the counters (attempts, exceptions, stalls, token).
-    local counts = redis.call('HMGET', KEYS[6], id, id .. ':e', id .. ':s')
-    counts[1] = tonumber(counts[1] or '0') + 1
+    counts[1] = counts[1] + 1
     last = last + 1
     redis.call('HSET', KEYS[6], id, counts[1], id .. ':t', last)
     got[#got + 1] = id

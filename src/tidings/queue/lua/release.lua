@@ -14,6 +14,12 @@ if rcpt then return tonumber(rcpt) end
 local id = ARGV[1]
 if redis.call('HEXISTS', KEYS[5], id) == 0 then return 0 end
 if redis.call('HGET', KEYS[6], id .. ':t') ~= ARGV[5] then return -1 end
+-- A corrupt counter (issue 12: someone wrote garbage beside the job) would make HINCRBY
+-- raise after the ZREM below; start that counter again instead.
+for _, field in ipairs({id, id .. ':e'}) do
+  local v = redis.call('HGET', KEYS[6], field)
+  if v and (#v > 15 or not string.match(v, '^%-?%d+$')) then redis.call('HDEL', KEYS[6], field) end
+end
 if redis.call('ZREM', KEYS[3], id) == 0 then
   -- The lease had expired and pop put the id back on the ready list (no one reserved it
   -- since, or the token would differ): take that copy out, or it would skip the delay.
