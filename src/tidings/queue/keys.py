@@ -75,6 +75,7 @@ def queue_pattern(prefix: str) -> str:
 #   {prefix}:batch:{<id>}:members        set: ids counted into the batch
 #   {prefix}:batch:{<id>}:finished       set: ids whose outcome was recorded
 #   {prefix}:batch:{<id>}:failed         set: ids that finally failed
+#   {prefix}:batch:{<id>}:retried        set: failed ids sent back by `failed retry`
 #   {prefix}:batches                     zset: batch id -> created time (ms), for listing
 #   {prefix}:limit:{<key>}               RateLimited state (GCRA arrival time, µs)
 #   {prefix}:overlap:{<key>}             WithoutOverlapping lock: the running job's id
@@ -106,12 +107,20 @@ class BatchKeys:
     members: str
     finished: str
     failed: str
+    retried: str
 
     @classmethod
     def build(cls, prefix: str, batch_id: str) -> BatchKeys:
         """Key names for batch ``batch_id`` under ``prefix``."""
         base = f"{prefix}:batch:{{{batch_id}}}"
-        return cls(batch_id, base, f"{base}:members", f"{base}:finished", f"{base}:failed")
+        return cls(
+            batch_id,
+            base,
+            f"{base}:members",
+            f"{base}:finished",
+            f"{base}:failed",
+            f"{base}:retried",
+        )
 
 
 def batches_key(prefix: str) -> str:
