@@ -28,7 +28,7 @@ from tidings.queue.payload import JobBody
 from tidings.queue.producer import prepare
 from tidings.queue.redis_queue import RedisQueue
 from tidings.queue.signing import Signer, parse_keys
-from tidings.queue.unique import guard_for, push_guarded, push_guarded_async
+from tidings.queue.unique import GuardedPush, guard_for, push_guarded, push_guarded_async
 
 log = logging.getLogger("tidings.app")
 
@@ -275,39 +275,51 @@ class App:
 
     def _grouped(
         self, jobs: Iterable[Job | PendingDispatch]
-    ) -> tuple[list[str], dict[Any, list[tuple[str, bytes]]]]:
-        ids: list[str] = []
+    ) -> tuple[list[str | None], dict[Any, list[tuple[str, bytes]]], dict[int, GuardedPush]]:
+        ids: list[str | None] = []
         groups: dict[Any, list[tuple[str, bytes]]] = {}
+        guarded: dict[int, GuardedPush] = {}  # position in ids -> unique/debounced push
         for item in jobs:
             pending = item if isinstance(item, PendingDispatch) else PendingDispatch(item)
+            guard = guard_for(pending.job)
+            if guard is not None:
+                guarded[len(ids)] = GuardedPush(self, pending, guard)
+                ids.append(None)
+                continue
             rq, queue, job_id, envelope, delay = self._prepared(pending)
             groups.setdefault((id(rq), rq, queue, delay), []).append((job_id, envelope))
             ids.append(job_id)
-        return ids, groups
+        return ids, groups, guarded
 
     def dispatch_many(
         self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000
     ) -> list[str]:
-        """Push many jobs, one round trip per batch per queue; returns their ids.
+        """Push many jobs, one round trip per batch per queue; returns the ids queued.
 
         Every job is encoded before anything is pushed, so a SerializationError
-        leaves the queues untouched.
+        leaves the queues untouched. Unique and debounced jobs go through their checks
+        one by one, as :meth:`push_pending` does; a unique duplicate is dropped and has
+        no id in the list.
         """
-        ids, groups = self._grouped(jobs)
+        ids, groups, guarded = self._grouped(jobs)
         for (_, rq, queue, delay), items in groups.items():
             for start in range(0, len(items), batch_size):
                 rq.push(queue, items[start : start + batch_size], delay)
-        return ids
+        for at, push in guarded.items():
+            ids[at] = push.push()
+        return [i for i in ids if i is not None]
 
     async def dispatch_many_async(
         self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000
     ) -> list[str]:
         """Async twin of :meth:`dispatch_many`."""
-        ids, groups = self._grouped(jobs)
+        ids, groups, guarded = self._grouped(jobs)
         for (_, rq, queue, delay), items in groups.items():
             for start in range(0, len(items), batch_size):
                 await rq.push_async(queue, items[start : start + batch_size], delay)
-        return ids
+        for at, push in guarded.items():
+            ids[at] = await push.push_async()
+        return [i for i in ids if i is not None]
 
     def job_status(self, job_id: str, queue: str | None = None) -> str | None:
         """pending / delayed / reserved / done / failed, or None once no record is left."""
