@@ -8,7 +8,7 @@ import signal
 from dataclasses import dataclass
 
 from tests.integration.workflows_app import _r, record
-from tidings import Job
+from tidings import Job, queued
 
 
 @dataclass
@@ -40,3 +40,9 @@ class KillsItself(Job):
 def chain_failed() -> None:
     """A plain module-level function used as a chain's ``catch``."""
     record("catch-fn")
+
+
+@queued(queue="default")
+def chain_failed_queued() -> None:
+    """A ``@queued`` function used as a chain's ``catch``."""
+    record("catch-queued")

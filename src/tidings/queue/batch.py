@@ -46,10 +46,10 @@ from tidings.queue.batch_admin import (
     BatchInfo,
     cancel_batch,
     failed_job_ids,
-    reopen_failed_members,
     find_batch,
     list_batches,
     prune_batches,
+    reopen_failed_members,
 )
 from tidings.queue.job import Job, PendingDispatch, current_run, option
 from tidings.queue.keys import BatchKeys, batches_key

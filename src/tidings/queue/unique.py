@@ -110,10 +110,13 @@ def _prepare(app: Any, pending: PendingDispatch, guard: Guard) -> _Prepared:
     job_id = new_id()
     body = build_body(job, job_id, pending.chain)
     body["chainCatch"] = pending.catch
+    conn = pending.connection or option(src, "connection")
     if guard.kind == "unique" and guard.until == "processing":
         body["unique"] = guard.name
+        if conn:
+            body["uniqueConnection"] = conn  # the worker unlocks there
     envelope = seal(body, app.signer, max_bytes=app.max_payload_bytes)
-    rq: RedisQueue = app.queue_for(pending.connection or option(src, "connection"))
+    rq: RedisQueue = app.queue_for(conn)
     app._queues_used.add(queue)  # job_status looks there
     k = rq.keys(queue)
     if guard.kind == "debounce":
@@ -157,15 +160,18 @@ async def push_guarded_async(app: Any, pending: PendingDispatch, guard: Guard) -
 class UniqueStart:
     """Built-in layer of a ``unique_until = "processing"`` job: free its lock, then run."""
 
-    def __init__(self, app: Any, queue: str, name: str, job_id: str) -> None:
+    def __init__(
+        self, app: Any, queue: str, name: str, job_id: str, connection: str | None = None
+    ) -> None:
         self.app = app
         self.queue = queue
         self.name = name
         self.job_id = job_id
+        self.connection = connection
 
     async def handle(self, job: Job, nxt: Callable[[], Awaitable[Any]]) -> Any:
         """Unlock (only if this job still holds the lock), then go on."""
-        rq = self.app.queue_for(None)
+        rq = self.app.queue_for(self.connection)
         key = unique_key(rq.prefix, self.queue, self.name)
         await UNLOCK.acall(rq.aclient(), [key], [self.job_id])
         return await nxt()
