@@ -222,12 +222,24 @@ class App:
         every_s: float | None = None,
         queue: str | None = None,
         name: str | None = None,
+        tz: str | None = None,
     ) -> Any:
-        """Dispatch ``job`` on a cron schedule (UTC) or every ``every_s`` seconds, from
-        whichever worker holds the scheduler lease (see :mod:`tidings.queue.schedule`)."""
+        """Dispatch ``job`` on a cron schedule (UTC, or the wall clock of zone ``tz``) or
+        every ``every_s`` seconds, from whichever worker holds the scheduler lease (see
+        :mod:`tidings.queue.schedule`).
+
+        Raises:
+            ValueError: a bad cron expression or zone, or a second schedule with the
+                same name (pass ``name=``).
+        """
         from tidings.queue.schedule import make_schedule
 
-        entry = make_schedule(job, cron=cron, every_s=every_s, queue=queue, name=name)
+        entry = make_schedule(job, cron=cron, every_s=every_s, queue=queue, name=name, tz=tz)
+        if any(s.name == entry.name for s in self.schedules):
+            raise ValueError(
+                f"a schedule named {entry.name!r} exists already; two schedules with one "
+                "name share their ticks and only one would run: pass name= to app.schedule"
+            )
         self.schedules.append(entry)
         return entry
 
