@@ -193,12 +193,16 @@ class App:
     def worker_tasks(self, worker: Any) -> list[Any]:
         """Coroutines a worker process runs beside its jobs: the scheduler, the heartbeat
         its supervisor watches."""
+        from tidings.queue.known import remember_queues
         from tidings.queue.schedule import Scheduler
         from tidings.supervisor import heartbeat_task
 
         opts = getattr(worker, "opts", None)
         draining = bool(opts and (opts.once or opts.stop_when_empty))
         tasks = [Scheduler(self).run()] if self.schedules and not draining else []
+        rq = getattr(worker, "rq", None)
+        if opts is not None and isinstance(rq, RedisQueue):
+            tasks.append(remember_queues(rq, opts.queues))  # for `monitor`
         return tasks + heartbeat_task(worker)
 
     # -- workflows and flow control -----------------------------------------------------

@@ -208,8 +208,15 @@ def restart(ctx: click.Context) -> None:
 @click.pass_context
 def monitor(ctx: click.Context, as_json: bool, queues: str | None) -> None:
     """Show ready / delayed / reserved / failed counts per queue."""
-    names = [q.strip() for q in queues.split(",")] if queues else None
-    sizes = _app(ctx).queue_for(None).sizes(names)
+    app = _app(ctx)
+    rq = app.queue_for(None)
+    if queues:
+        names = [q.strip() for q in queues.split(",") if q.strip()]
+    else:
+        from tidings.queue.known import known_queues
+
+        names = known_queues(app, rq)  # empty ones too, with zeros
+    sizes = rq.sizes(names)
     if as_json:
         click.echo(orjson.dumps(sizes).decode())
         return

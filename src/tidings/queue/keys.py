@@ -136,3 +136,8 @@ def limit_key(prefix: str, kind: str, key: str) -> str:
 def schedule_lease_key(prefix: str) -> str:
     """The scheduler lease."""
     return f"{prefix}:schedule:{{lease}}"
+
+
+def known_queues_key(prefix: str) -> str:
+    """The set of queue names workers have listened on (``monitor`` lists them all)."""
+    return f"{prefix}:queues"

@@ -201,7 +201,7 @@ class RedisQueue:
         for key in self.client.scan_iter(match=pattern, count=500):
             text = key.decode() if isinstance(key, bytes) else str(key)
             names.add(text[start : text.rindex("}")])
-        for suffix in ("failed", "delayed"):
+        for suffix in ("failed", "delayed", "done"):
             for key in self.client.scan_iter(match=f"{self.prefix}:queue:{{*}}:{suffix}"):
                 text = key.decode() if isinstance(key, bytes) else str(key)
                 names.add(text[start : text.rindex("}")])
