@@ -128,7 +128,12 @@ def install_output(app: App, *, json_logs: bool) -> None:
 )
 @click.option("--connection", default=None, help="Named connection to work on.")
 @click.option("--concurrency", default=16, show_default=True, help="Jobs in flight per process.")
-@click.option("--processes", default=1, show_default=True, help="Worker processes to supervise.")
+@click.option(
+    "--processes",
+    default=1,
+    show_default=True,
+    help="Supervise this many worker processes (given: always supervised, 1 included).",
+)
 @click.option("--once", is_flag=True, help="Run a single job, then exit.")
 @click.option("--stop-when-empty", is_flag=True, help="Exit when the queues are empty.")
 @click.option("--max-jobs", default=0, help="Exit after this many jobs.")
@@ -154,7 +159,11 @@ def main(ctx: click.Context, /, app_spec: str | None, **opts: Any) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if opts["processes"] > 1:
+    # `--processes N` always supervises children, N = 1 included: a job that kills its
+    # process then kills a child, never the supervisor (bare notify-worker runs in-process).
+    if opts["processes"] < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--processes")
+    if ctx.get_parameter_source("processes") is not click.core.ParameterSource.DEFAULT:
         from tidings.supervisor import supervise
 
         grace, timeout = opts["grace"], opts["timeout"]
