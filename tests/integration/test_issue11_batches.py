@@ -41,7 +41,12 @@ class ReplyProxy(FaultProxy):
         self.marker, self.action = marker, action
 
     async def _pump(
-        self, link: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, upstream: bool
+        self,
+        link: Any,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        upstream: bool,
     ) -> None:
         try:
             while not link.closed:

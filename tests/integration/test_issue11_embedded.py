@@ -107,10 +107,9 @@ def test_a_loading_server_counts_as_alive(home: Path) -> None:
                 conn, _ = listener.accept()
             except OSError:
                 continue
-            with conn:
-                with contextlib.suppress(OSError):
-                    conn.recv(64)
-                    conn.sendall(b"-LOADING Redis is loading the dataset in memory\r\n")
+            with conn, contextlib.suppress(OSError):
+                conn.recv(64)
+                conn.sendall(b"-LOADING Redis is loading the dataset in memory\r\n")
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
