@@ -52,7 +52,8 @@ class App:
 
     Args:
         redis_url, key, mail_url, mail_from, sms_url, webhook_secret, allowed_modules,
-        retry_after, prefix, webhook_allow_private, templates, max_payload_bytes:
+        retry_after, prefix, webhook_allow_private, templates, max_payload_bytes,
+        schedule_timezone:
             as the ``TIDINGS_*`` variables of the same name (keywords win).
         connections: extra named Redis URLs for ``on_connection(name)``.
         env: read settings from the environment as well (``from_env`` sets it).
@@ -228,9 +229,10 @@ class App:
         name: str | None = None,
         tz: str | None = None,
     ) -> Any:
-        """Dispatch ``job`` on a cron schedule (UTC, or the wall clock of zone ``tz``) or
-        every ``every_s`` seconds, from whichever worker holds the scheduler lease (see
-        :mod:`tidings.queue.schedule`).
+        """Dispatch ``job`` on a cron schedule or every ``every_s`` seconds, from whichever
+        worker holds the scheduler lease (see :mod:`tidings.queue.schedule`). A cron
+        expression reads the wall clock of zone ``tz`` (default: the App's
+        ``schedule_timezone``, else UTC).
 
         Raises:
             ValueError: a bad cron expression or zone, or a second schedule with the
@@ -238,6 +240,8 @@ class App:
         """
         from tidings.queue.schedule import make_schedule
 
+        if tz is None and cron is not None:
+            tz = self.settings.schedule_timezone
         entry = make_schedule(job, cron=cron, every_s=every_s, queue=queue, name=name, tz=tz)
         if any(s.name == entry.name for s in self.schedules):
             raise ValueError(

@@ -63,3 +63,19 @@ def test_a_second_schedule_with_the_same_name_is_refused(app: App) -> None:
         app.schedule(Tick("b"), cron="*/5 * * * *", name=app.schedules[0].name)
     app.schedule(Tick("a"), cron="* * * * *", name="a-again")
     assert len(app.schedules) == 2
+
+
+def test_the_app_zone_is_the_default_for_cron(redis_url: str, prefix: str) -> None:
+    from tests.integration.workflows_app import KEY
+
+    zoned = App(
+        redis_url=redis_url, key=KEY, prefix=prefix, env=False, schedule_timezone="Asia/Tokyo"
+    )
+    try:
+        assert zoned.schedule(Tick("a"), cron="0 9 * * *").tz == "Asia/Tokyo"
+        assert zoned.schedule(Tick("b"), cron="0 9 * * *", tz="UTC").tz == "UTC"
+        assert zoned.schedule(Tick("c"), every_s=5).tz is None
+        with pytest.raises(ValueError, match="unknown time zone"):
+            zoned.schedule(Tick("d"), cron="0 9 * * *", tz="Nowhere/Land")
+    finally:
+        zoned.close()
