@@ -245,3 +245,32 @@ def test_batch_retry_script_is_safe_to_run_twice(app: App) -> None:
     info = app.find_batch(bid)
     assert info is not None and (info.pending, info.failed, info.finished) == (1, 0, False)
     assert BATCH_RETRY.call(rq.client, keys, ["not-a-member", 1000]) == 0
+
+
+def test_async_create_resent_after_lost_reply_keeps_the_counts(
+    reply_proxy: ReplyProxy, app: App, prefix: str
+) -> None:
+    """The asyncio client re-sends too (its own Retry): same script, same outcome."""
+    proxied = make_app(reply_proxy.url(), prefix)
+
+    async def go() -> str:
+        await batch([Item("warm")]).name("warm").dispatch_async()
+        reply_proxy.arm(b"async-lost", "drop")
+        bid = (
+            await batch([Item("p"), Item("q")])
+            .then(Callback("t"))
+            .name("async-lost")
+            .dispatch_async()
+        )
+        await proxied.queue_for(None).aclient().aclose()
+        return bid
+
+    try:
+        bid = asyncio.run(go())
+    finally:
+        proxied.close()
+    assert reply_proxy.fired == 1
+    info = app.find_batch(bid)
+    assert info is not None and (info.total, info.pending, info.finished) == (2, 2, False)
+    assert _by_name(app, "async-lost") is not None
+    assert app.queue_for(None).sizes(["default"])["default"]["ready"] == 3
