@@ -16,7 +16,7 @@ from tests.integration.workflows_app import Fail, Record, UniqueUntilStart
 from tests.integration.workflows_support import ROOT, execs, order, stop_all, wait_until
 from tests.support import Proc, python_cmd
 from tidings import App
-from tidings.errors import ConfigurationError
+from tidings.errors import ConfigurationError, PayloadRejected
 from tidings.queue.chain import CallFunction, chain
 
 APP = "tests.integration.issue11_app:app"
@@ -132,3 +132,14 @@ def test_catch_refuses_what_a_worker_cannot_import(app: App) -> None:
         chain(Record("a")).catch("not callable")  # type: ignore[arg-type]
     c = chain(Record("a")).catch(chain_failed)
     assert c._catch == CallFunction("tests.integration.issue11_jobs:chain_failed")
+
+
+def test_call_function_imports_only_allowed_functions(app: App) -> None:
+    app.make_current()
+    with pytest.raises(PayloadRejected, match="unknown job type"):
+        CallFunction("os:getcwd").handle()
+    with pytest.raises(PayloadRejected, match="not a function"):
+        CallFunction("tests.integration.issue11_jobs:Mendable").handle()
+    assert CallFunction("tests.integration.issue11_jobs:chain_failed").display_name() == (
+        "chain_failed"
+    )
