@@ -47,3 +47,20 @@ def test_processes_1_survives_a_poison_job(
     finally:
         sup.terminate()
         assert sup.wait(20) == 0
+
+
+def test_processes_1_with_stop_when_empty_exits_when_done(
+    app: App, redis_client: redis.Redis, prefix: str, spawn_proc: Callable[..., Proc]
+) -> None:
+    """A finite run under the supervisor ends: children exiting 0 are not restarted."""
+    app.dispatch_many([Record(f"r{i}") for i in range(3)])
+    sup = start_worker(
+        spawn_proc, app.settings.redis_url, prefix, "--processes", "1", "--stop-when-empty"
+    )
+    try:
+        assert sup.wait(30) == 0
+    finally:
+        if sup.alive():
+            sup.kill(group=True)
+    assert {k: v for k, v in execs(redis_client, prefix).items()} == {"r0": 1, "r1": 1, "r2": 1}
+    assert "finished" in sup.output()
