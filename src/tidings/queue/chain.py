@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings import _current
-from tidings.errors import PayloadRejected
+from tidings.errors import ConfigurationError, PayloadRejected
 from tidings.queue.job import Job, PendingDispatch, option
 from tidings.queue.once import push_once_async
 from tidings.queue.payload import JobBody, seal
@@ -76,7 +76,10 @@ def _catch_job(callback: Job | Callable[..., Any]) -> Job:
     if isinstance(callback, QueuedFunction):
         return CallQueuedListener.for_target(callback, ())
     if inspect.isfunction(callback):
-        return CallFunction(_import_path(callback))
+        try:
+            return CallFunction(_import_path(callback))
+        except ConfigurationError as exc:
+            raise ConfigurationError(str(exc).replace("queued()", "catch()")) from None
     raise TypeError(
         f"catch() takes a Job or a module-level function, got {type(callback).__name__}"
     )
