@@ -8,6 +8,7 @@ its reply, and real ``notify-worker`` subprocesses.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -185,10 +186,11 @@ def test_failed_retry_of_a_batch_member_runs_it(
     )
     w = start_worker(spawn_proc, app.settings.redis_url, prefix)
     try:
-        wait_until(lambda: "finally" in _callbacks(redis_client, prefix), 20, "finally", w)
+        wait_until(lambda: len(_callbacks(redis_client, prefix)) == 2, 20, "catch, finally", w)
         info = app.find_batch(bid)
         assert info is not None and (info.processed, info.failed, info.pending) == (1, 1, 0)
-        failed = app.queue_for(None).failed(["default"])
+        # The callbacks are pushed as the failure is recorded, before the failed move.
+        failed = wait_until(lambda: app.queue_for(None).failed(["default"]), 20, "failed", w)
         assert [f.name for f in failed] == ["Mendable"]
         redis_client.delete(f"{prefix}:test:broken:m")
         assert app.queue_for(None).retry([failed[0].id]) == 1
@@ -203,7 +205,7 @@ def test_failed_retry_of_a_batch_member_runs_it(
         wait_until(lambda: "then" in _callbacks(redis_client, prefix), 20, "then", w)
         assert _callbacks(redis_client, prefix) == {"catch": 1, "finally": 1, "then": 1}
         assert app.queue_for(None).failed(["default"]) == []
-        assert app.job_status(failed[0].id) == "done"
+        wait_until(lambda: app.job_status(failed[0].id) == "done", 20, "acked", w)
     finally:
         stop_all(w)
 
@@ -226,6 +228,8 @@ def test_failed_retry_of_a_member_of_a_cancelled_batch_runs_it(
             lambda: (i := app.find_batch(bid)) is not None and i.finished and i, 20, "finished", w
         )
         assert (info.total, info.failed, info.processed) == (1, 1, 0)
+        wait_until(lambda: _callbacks(redis_client, prefix), 20, "catch", w)
+        time.sleep(0.3)  # a second catch would have been pushed with the second failure
         assert _callbacks(redis_client, prefix) == {"catch": 1}
     finally:
         stop_all(w)
