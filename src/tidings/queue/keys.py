@@ -81,6 +81,7 @@ def queue_pattern(prefix: str) -> str:
 #   {prefix}:overlap:{<key>}             WithoutOverlapping lock: the running job's id
 #   {prefix}:throttle:{<key>}            ThrottlesExceptions counter
 #   {prefix}:schedule:{lease}            scheduler lease: the token of the leading worker
+#   {prefix}:queues                      set: queue names workers listened on (for monitor)
 
 
 def once_key(prefix: str, queue: str, job_id: str) -> str:
