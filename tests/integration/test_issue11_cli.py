@@ -11,8 +11,11 @@ from typing import Any
 import orjson
 import redis
 
+from tests.integration.workflows_app import Noted, Tick, make_app
 from tests.integration.workflows_support import ROOT, start_worker, stop_all, wait_until
 from tests.support import Proc
+from tidings import Listener, ShouldQueue
+from tidings.queue.known import known_queues
 
 ZEROS = {"ready": 0, "delayed": 0, "reserved": 0, "failed": 0}
 
@@ -40,3 +43,22 @@ def test_monitor_json_lists_empty_queues_with_zeros(
     finally:
         stop_all(w)
     assert _monitor(redis_url, prefix) == {"default": ZEROS, "emails": ZEROS}
+
+
+class Audit(Listener, ShouldQueue):
+    queue = "audit"
+
+    def handle(self, event: Noted) -> None:
+        pass
+
+
+def test_known_queues_include_schedules_and_queued_listeners(redis_url: str, prefix: str) -> None:
+    app = make_app(redis_url, prefix)
+    try:
+        app.listen(Noted, Audit)
+        app.schedule(Tick("t"), every_s=60, queue="cron")
+        rq = app.queue_for(None)
+        assert known_queues(app, rq) == ["audit", "cron", "default"]
+        assert rq.sizes(known_queues(app, rq))["audit"] == ZEROS
+    finally:
+        app.close()

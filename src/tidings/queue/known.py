@@ -1,9 +1,10 @@
 """Which queues exist, for ``monitor``: an empty queue has no keys in Redis, so it is
 remembered instead.
 
-``monitor`` lists ``default``, every queue the App dispatched to or schedules on, every
-queue a worker of the App has listened on (each worker adds its ``--queue`` names to the
-set ``{prefix}:queues`` as it starts), and every queue that holds a key now.
+``monitor`` lists ``default``, every queue the App dispatched to, schedules on or sends
+its queued listeners to, every queue a worker of the App has listened on (each worker
+adds its ``--queue`` names to the set ``{prefix}:queues`` as it starts), and every queue
+that holds a key now.
 """
 
 from __future__ import annotations
@@ -32,6 +33,18 @@ async def remember_queues(rq: RedisQueue, queues: Sequence[str]) -> None:
             await asyncio.sleep(5.0)
 
 
+def _listener_queues(app: Any) -> set[str]:
+    """The ``queue`` options of the App's queued listeners."""
+    out: set[str] = set()
+    signals = getattr(getattr(app, "events", None), "_signals", {})
+    for signal in list(signals.values()):
+        for reg in list(signal.receivers.values()):
+            queue = getattr(getattr(reg, "listener", None), "queue", None)
+            if isinstance(queue, str) and queue:
+                out.add(queue)
+    return out
+
+
 def known_queues(app: Any, rq: RedisQueue) -> list[str]:
     """Every queue the App knows of (see the module docstring), sorted."""
     names: set[str] = {"default", *getattr(app, "_queues_used", ())}
@@ -39,6 +52,7 @@ def known_queues(app: Any, rq: RedisQueue) -> list[str]:
         queue = s.queue or getattr(s.job.option_source(), "queue", None)
         if queue:
             names.add(str(queue))
+    names.update(_listener_queues(app))
     raw: Any = rq.client.smembers(known_queues_key(rq.prefix))
     names.update(x.decode() if isinstance(x, bytes) else str(x) for x in raw)
     names.update(rq.queue_names())
