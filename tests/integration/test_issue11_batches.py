@@ -21,7 +21,7 @@ from tests.integration.workflows_support import execs, start_worker, stop_all, w
 from tests.support import FaultProxy, Proc
 from tidings import App
 from tidings.errors import QueueUnavailable
-from tidings.queue.batch import BatchInfo, batch, list_batches, prune_batches
+from tidings.queue.batch import BATCH_CREATE, BatchInfo, batch, list_batches, prune_batches
 from tidings.queue.batch_admin import BATCH_RETRY
 from tidings.queue.keys import BatchKeys
 
@@ -278,3 +278,38 @@ def test_async_create_resent_after_lost_reply_keeps_the_counts(
     assert info is not None and (info.total, info.pending, info.finished) == (2, 2, False)
     assert _by_name(app, "async-lost") is not None
     assert app.queue_for(None).sizes(["default"])["default"]["ready"] == 3
+
+
+def test_batches_on_redis_cluster(
+    redis_server_factory: Callable[..., Any], prefix: str, tmp_path: Any
+) -> None:
+    """On a (one-node) Redis Cluster the index lives in another slot than the batch:
+    the producer indexes first, then creates with the same idempotent script."""
+    server = redis_server_factory(
+        appendonly=False,
+        extra_args=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"],
+    )
+    admin = redis.Redis(host=server.host, port=server.port)
+    try:
+        admin.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+        wait_until(
+            lambda: b"cluster_state:ok" in admin.execute_command("CLUSTER", "INFO"), 10, "ok"
+        )
+    finally:
+        admin.close()
+    app = make_app(f"redis+cluster://{server.host}:{server.port}", prefix)
+    try:
+        bid = batch([Item("a"), Item("b")]).then(Callback("t")).name("on-cluster").dispatch()
+        info = _by_name(app, "on-cluster")
+        assert info is not None and info.id == bid
+        assert (info.total, info.pending, info.finished) == (2, 2, False)
+        # Re-sent create (as after a lost reply): nothing changes.
+        rq = app.queue_for(None)
+        k = BatchKeys.build(rq.prefix, bid)
+        raw = BATCH_CREATE.call(rq.client, [k.info, k.members], [bid, 0, "x", "y"])
+        assert int(raw[0]) == 2
+        again = app.find_batch(bid)
+        assert again is not None and (again.total, again.pending) == (2, 2)
+        assert app.queue_for(None).sizes(["default"])["default"]["ready"] == 2
+    finally:
+        app.close()
