@@ -28,7 +28,7 @@ from tidings.queue.payload import JobBody
 from tidings.queue.producer import prepare
 from tidings.queue.redis_queue import RedisQueue
 from tidings.queue.signing import Signer, parse_keys
-from tidings.queue.unique import guard_for, push_guarded, push_guarded_async
+from tidings.queue.unique import GuardedPush, guard_for, push_guarded, push_guarded_async
 
 log = logging.getLogger("tidings.app")
 
@@ -70,7 +70,8 @@ class App:
 
     Args:
         redis_url, key, mail_url, mail_from, sms_url, webhook_secret, allowed_modules,
-        retry_after, prefix, webhook_allow_private, templates, max_payload_bytes:
+        retry_after, prefix, webhook_allow_private, templates, max_payload_bytes,
+        schedule_timezone:
             as the ``TIDINGS_*`` variables of the same name (keywords win).
         connections: extra named Redis URLs for ``on_connection(name)``.
         env: read settings from the environment as well (``from_env`` sets it).
@@ -214,12 +215,16 @@ class App:
     def worker_tasks(self, worker: Any) -> list[Any]:
         """Coroutines a worker process runs beside its jobs: the scheduler, the heartbeat
         its supervisor watches."""
+        from tidings.queue.known import remember_queues
         from tidings.queue.schedule import Scheduler
         from tidings.supervisor import heartbeat_task
 
         opts = getattr(worker, "opts", None)
         draining = bool(opts and (opts.once or opts.stop_when_empty))
         tasks = [Scheduler(self).run()] if self.schedules and not draining else []
+        rq = getattr(worker, "rq", None)
+        if opts is not None and isinstance(rq, RedisQueue):
+            tasks.append(remember_queues(rq, opts.queues))  # for `monitor`
         return tasks + heartbeat_task(worker)
 
     # -- workflows and flow control -----------------------------------------------------
@@ -243,12 +248,27 @@ class App:
         every_s: float | None = None,
         queue: str | None = None,
         name: str | None = None,
+        tz: str | None = None,
     ) -> Any:
-        """Dispatch ``job`` on a cron schedule (UTC) or every ``every_s`` seconds, from
-        whichever worker holds the scheduler lease (see :mod:`tidings.queue.schedule`)."""
+        """Dispatch ``job`` on a cron schedule or every ``every_s`` seconds, from whichever
+        worker holds the scheduler lease (see :mod:`tidings.queue.schedule`). A cron
+        expression reads the wall clock of zone ``tz`` (default: the App's
+        ``schedule_timezone``, else UTC).
+
+        Raises:
+            ValueError: a bad cron expression or zone, or a second schedule with the
+                same name (pass ``name=``).
+        """
         from tidings.queue.schedule import make_schedule
 
-        entry = make_schedule(job, cron=cron, every_s=every_s, queue=queue, name=name)
+        if tz is None and cron is not None:
+            tz = self.settings.schedule_timezone
+        entry = make_schedule(job, cron=cron, every_s=every_s, queue=queue, name=name, tz=tz)
+        if any(s.name == entry.name for s in self.schedules):
+            raise ValueError(
+                f"a schedule named {entry.name!r} exists already; two schedules with one "
+                "name share their ticks and only one would run: pass name= to app.schedule"
+            )
         self.schedules.append(entry)
         return entry
 
@@ -296,39 +316,51 @@ class App:
 
     def _grouped(
         self, jobs: Iterable[Job | PendingDispatch]
-    ) -> tuple[list[str], dict[Any, list[tuple[str, bytes]]]]:
-        ids: list[str] = []
+    ) -> tuple[list[str | None], dict[Any, list[tuple[str, bytes]]], dict[int, GuardedPush]]:
+        ids: list[str | None] = []
         groups: dict[Any, list[tuple[str, bytes]]] = {}
+        guarded: dict[int, GuardedPush] = {}  # position in ids -> unique/debounced push
         for item in jobs:
             pending = item if isinstance(item, PendingDispatch) else PendingDispatch(item)
+            guard = guard_for(pending.job)
+            if guard is not None:
+                guarded[len(ids)] = GuardedPush(self, pending, guard)
+                ids.append(None)
+                continue
             rq, queue, job_id, envelope, delay = self._prepared(pending)
             groups.setdefault((id(rq), rq, queue, delay), []).append((job_id, envelope))
             ids.append(job_id)
-        return ids, groups
+        return ids, groups, guarded
 
     def dispatch_many(
         self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000
     ) -> list[str]:
-        """Push many jobs, one round trip per batch per queue; returns their ids.
+        """Push many jobs, one round trip per batch per queue; returns the ids queued.
 
         Every job is encoded before anything is pushed, so a SerializationError
-        leaves the queues untouched.
+        leaves the queues untouched. Unique and debounced jobs go through their checks
+        one by one, as :meth:`push_pending` does; a unique duplicate is dropped and has
+        no id in the list.
         """
-        ids, groups = self._grouped(jobs)
+        ids, groups, guarded = self._grouped(jobs)
         for (_, rq, queue, delay), items in groups.items():
             for start in range(0, len(items), batch_size):
                 rq.push(queue, items[start : start + batch_size], delay)
-        return ids
+        for at, push in guarded.items():
+            ids[at] = push.push()
+        return [i for i in ids if i is not None]
 
     async def dispatch_many_async(
         self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000
     ) -> list[str]:
         """Async twin of :meth:`dispatch_many`."""
-        ids, groups = self._grouped(jobs)
+        ids, groups, guarded = self._grouped(jobs)
         for (_, rq, queue, delay), items in groups.items():
             for start in range(0, len(items), batch_size):
                 await rq.push_async(queue, items[start : start + batch_size], delay)
-        return ids
+        for at, push in guarded.items():
+            ids[at] = await push.push_async()
+        return [i for i in ids if i is not None]
 
     def job_status(self, job_id: str, queue: str | None = None) -> str | None:
         """pending / delayed / reserved / done / failed, or None once no record is left."""

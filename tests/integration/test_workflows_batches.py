@@ -25,7 +25,7 @@ from tests.integration.workflows_app import Callback, Item, Sturdy, make_app
 from tests.integration.workflows_support import ROOT, execs, start_worker, stop_all, wait_until
 from tests.support import Proc
 from tidings import App
-from tidings.queue.batch import BATCH_ADD, BATCH_RECORD, BatchInfo, batch
+from tidings.queue.batch import BATCH_CREATE, BATCH_RECORD, BatchInfo, batch
 from tidings.queue.keys import BatchKeys
 from tidings.queue.producer import new_id
 
@@ -187,7 +187,7 @@ def test_record_counts_once_and_fires_once_under_races(app: App) -> None:
     k = BatchKeys.build(rq.prefix, bid)
     ids = [new_id() for _ in range(40)]
     fields = ["cb:then:q", "default", "cb:then:b", "T", "cb:finally:q", "default", "cb:finally:b"]
-    BATCH_ADD.call(rq.client, [k.info, k.members], ["create", 4, *fields, "F", *ids])
+    BATCH_CREATE.call(rq.client, [k.info, k.members], [bid, 4, *fields, "F", *ids])
     fired: list[tuple[str, int, list[str]]] = []
     lock = threading.Lock()
     start = threading.Barrier(16)

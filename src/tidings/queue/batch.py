@@ -38,6 +38,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import orjson
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
 
 from tidings import _clock, _current
 from tidings.errors import BatchClosed
@@ -48,6 +50,7 @@ from tidings.queue.batch_admin import (
     find_batch,
     list_batches,
     prune_batches,
+    reopen_failed_members,
 )
 from tidings.queue.job import Job, PendingDispatch, current_run, option
 from tidings.queue.keys import BatchKeys, batches_key
@@ -58,6 +61,7 @@ from tidings.queue.scripts import Arg, LuaScript
 
 log = logging.getLogger("tidings.worker")
 
+BATCH_CREATE = LuaScript("batch_create")
 BATCH_ADD = LuaScript("batch_add")
 BATCH_RECORD = LuaScript("batch_record")
 KEEP_IDS_S = 7 * 24 * 3600.0
@@ -77,6 +81,7 @@ __all__ = [
     "find_batch",
     "list_batches",
     "prune_batches",
+    "reopen_failed_members",
 ]
 
 
@@ -111,6 +116,10 @@ def _callbacks(raw: list[Any]) -> list[tuple[str, str, bytes]]:
 
 def _envelope_id(envelope: bytes) -> str:
     return str(orjson.loads(envelope)["body"]["uuid"])
+
+
+def _is_cluster(client: Any) -> bool:
+    return isinstance(client, RedisCluster | AsyncRedisCluster)
 
 
 def _group(items: list[Pushed]) -> dict[tuple[str, float], list[tuple[str, bytes]]]:
@@ -167,11 +176,15 @@ class PendingBatch:
             fields += _callback_fields(app, kind, job, batch_id, self._queue)
         items = [_seal_item(app, j, batch_id, self._queue, new_id()) for j in self.jobs]
         pairs = len(fields) // 2
-        args: list[Arg] = ["create", pairs, *fields, *(i[1] for i in items)]
+        args: list[Arg] = [batch_id, pairs, *fields, *(i[1] for i in items)]
         return BatchKeys.build(app.queue_for(None).prefix, batch_id), args, items
 
     def dispatch(self) -> str:
-        """Count the jobs in and push them; returns the batch id.
+        """Create the batch (counting the jobs in and indexing it), then push the jobs;
+        returns the batch id.
+
+        Creating is one script that is safe to run twice (see ``lua/batch_create.lua``),
+        so a create re-sent after its reply was lost changes nothing.
 
         Raises:
             SerializationError: a job cannot be queued; nothing was written.
@@ -180,8 +193,15 @@ class PendingBatch:
         app = _current.current()
         k, args, items = self._prepare(app)
         rq = app.queue_for(None)
-        raw = BATCH_ADD.call(rq.client, [k.info, k.members], args)
-        rq.client.zadd(batches_key(rq.prefix), {k.id: int(_clock.now() * 1000)})
+        index = batches_key(rq.prefix)
+        if _is_cluster(rq.client):
+            # The index lives in another slot: index first, so that a producer dying in
+            # between leaves an index entry without a batch (skipped, pruned), never a
+            # batch nobody can list.
+            rq.client.zadd(index, {k.id: int(_clock.now() * 1000)}, nx=True)
+            raw = BATCH_CREATE.call(rq.client, [k.info, k.members], args)
+        else:
+            raw = BATCH_CREATE.call(rq.client, [k.info, k.members, index], args)
         for (queue, delay), group in _group(items).items():
             rq.push(queue, group, delay)
         for _, queue, envelope in _callbacks(raw):
@@ -194,8 +214,12 @@ class PendingBatch:
         k, args, items = self._prepare(app)
         rq = app.queue_for(None)
         client = rq.aclient()
-        raw = await BATCH_ADD.acall(client, [k.info, k.members], args)
-        await client.zadd(batches_key(rq.prefix), {k.id: int(_clock.now() * 1000)})
+        index = batches_key(rq.prefix)
+        if _is_cluster(client):
+            await client.zadd(index, {k.id: int(_clock.now() * 1000)}, nx=True)
+            raw = await BATCH_CREATE.acall(client, [k.info, k.members], args)
+        else:
+            raw = await BATCH_CREATE.acall(client, [k.info, k.members, index], args)
         for (queue, delay), group in _group(items).items():
             await rq.push_async(queue, group, delay)
         for _, queue, envelope in _callbacks(raw):
@@ -253,7 +277,7 @@ class BatchRef:
             else:
                 job_id = new_id()
             items.append(_seal_item(app, item, self.id, None, job_id))
-        return ["add", 0, *(i[1] for i in items)], items
+        return [i[1] for i in items], items
 
     def _check(self, raw: list[Any]) -> None:
         code = int(raw[0])
@@ -300,7 +324,8 @@ async def record(app: Any, body: JobBody, outcome: str) -> None:
     rq = app.queue_for(None)
     k = BatchKeys.build(rq.prefix, batch_id)
     args: list[Arg] = [body["uuid"], outcome, int(KEEP_IDS_S * 1000)]
-    raw = await BATCH_RECORD.acall(rq.aclient(), [k.info, k.finished, k.failed], args)
+    keys = [k.info, k.finished, k.failed, k.retried]
+    raw = await BATCH_RECORD.acall(rq.aclient(), keys, args)
     for kind, queue, envelope in _callbacks(raw):
         try:
             callback_id = _envelope_id(envelope)
@@ -314,7 +339,10 @@ async def record(app: Any, body: JobBody, outcome: str) -> None:
 
 class BatchGate:
     """Built-in first layer of a batch job: skip it when the batch was cancelled or when
-    its outcome is already recorded (a re-delivery after the recording run died)."""
+    its outcome is already recorded (a re-delivery after the recording run died).
+
+    A failed job sent back by ``failed retry`` always runs (see ``lua/batch_retry.lua``):
+    it is in the batch's ``retried`` set until its new outcome is recorded."""
 
     def __init__(self, app: Any, batch_id: str, job_id: str) -> None:
         self.app = app
@@ -328,7 +356,10 @@ class BatchGate:
         pipe = rq.aclient().pipeline(transaction=False)
         pipe.hget(k.info, "cancelled_at")
         pipe.sismember(k.finished, self.job_id)
-        cancelled, done = await pipe.execute()
+        pipe.sismember(k.retried, self.job_id)
+        cancelled, done, retried = await pipe.execute()
+        if retried:
+            return await nxt()
         if done or (cancelled is not None and _text(cancelled) != "0"):
             return None
         return await nxt()

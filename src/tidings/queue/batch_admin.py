@@ -9,12 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import redis
 
 from tidings.queue.keys import BatchKeys, batches_key
 from tidings.queue.scripts import LuaScript
 
 BATCH_CANCEL = LuaScript("batch_cancel")
+BATCH_RETRY = LuaScript("batch_retry")
+RETRIED_KEEP_MS = 7 * 24 * 3600 * 1000
 
 
 def _text(value: Any) -> str:
@@ -121,6 +124,37 @@ def cancel_batch(app: Any, batch_id: str) -> bool:
     return int(BATCH_CANCEL.call(rq.client, [k.info], [])) == 1
 
 
+def _batch_of(envelope: Any) -> str | None:
+    """The batch id in an envelope's body (read only: the worker verifies the signature)."""
+    try:
+        body = orjson.loads(envelope)["body"]
+        batch_id = body.get("batch") if isinstance(body, dict) else None
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+    return batch_id if isinstance(batch_id, str) and batch_id else None
+
+
+def reopen_failed_members(
+    client: redis.Redis, prefix: str, ids: list[str], envelopes: list[Any]
+) -> int:
+    """Before ``failed retry`` sends failed jobs back: count each batch member among them
+    as pending again, so that it runs (the batch gate lets it through) and its new
+    outcome is counted (see ``lua/batch_retry.lua``). Returns how many were reopened.
+
+    Runs before the move, and is safe to run twice: a crash in between leaves the job in
+    the failed store with its batch waiting for it, and retrying again moves it.
+    """
+    n = 0
+    for job_id, envelope in zip(ids, envelopes, strict=True):
+        batch_id = _batch_of(envelope) if envelope else None
+        if batch_id is None:
+            continue
+        k = BatchKeys.build(prefix, batch_id)
+        keys = [k.info, k.finished, k.failed, k.retried]
+        n += int(BATCH_RETRY.call(client, keys, [job_id, RETRIED_KEEP_MS])) > 0
+    return n
+
+
 def list_batches(app: Any, limit: int = 50) -> list[BatchInfo]:
     """The most recent batches, newest first."""
     rq = app.queue_for(None)
@@ -151,7 +185,7 @@ def prune_batches(app: Any, older_than_s: float, *, unfinished: bool = False) ->
             info.finished_at * 1000 <= cutoff if info.finished_at is not None else unfinished
         )
         if stale:
-            client.delete(k.info, k.members, k.finished, k.failed)
+            client.delete(k.info, k.members, k.finished, k.failed, k.retried)
             client.zrem(index, batch_id)
             n += info is not None
     return n

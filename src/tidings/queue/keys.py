@@ -86,11 +86,13 @@ def queue_pattern(prefix: str) -> str:
 #   {prefix}:batch:{<id>}:members        set: ids counted into the batch
 #   {prefix}:batch:{<id>}:finished       set: ids whose outcome was recorded
 #   {prefix}:batch:{<id>}:failed         set: ids that finally failed
+#   {prefix}:batch:{<id>}:retried        set: failed ids sent back by `failed retry`
 #   {prefix}:batches                     zset: batch id -> created time (ms), for listing
 #   {prefix}:limit:{<key>}               RateLimited state (GCRA arrival time, µs)
 #   {prefix}:overlap:{<key>}             WithoutOverlapping lock: the running job's id
 #   {prefix}:throttle:{<key>}            ThrottlesExceptions counter
 #   {prefix}:schedule:{lease}            scheduler lease: the token of the leading worker
+#   {prefix}:queues                      set: queue names workers listened on (for monitor)
 
 
 def once_key(prefix: str, queue: str, job_id: str) -> str:
@@ -117,12 +119,20 @@ class BatchKeys:
     members: str
     finished: str
     failed: str
+    retried: str
 
     @classmethod
     def build(cls, prefix: str, batch_id: str) -> BatchKeys:
         """Key names for batch ``batch_id`` under ``prefix``."""
         base = f"{prefix}:batch:{{{batch_id}}}"
-        return cls(batch_id, base, f"{base}:members", f"{base}:finished", f"{base}:failed")
+        return cls(
+            batch_id,
+            base,
+            f"{base}:members",
+            f"{base}:finished",
+            f"{base}:failed",
+            f"{base}:retried",
+        )
 
 
 def batches_key(prefix: str) -> str:
@@ -138,3 +148,8 @@ def limit_key(prefix: str, kind: str, key: str) -> str:
 def schedule_lease_key(prefix: str) -> str:
     """The scheduler lease."""
     return f"{prefix}:schedule:{{lease}}"
+
+
+def known_queues_key(prefix: str) -> str:
+    """The set of queue names workers have listened on (``monitor`` lists them all)."""
+    return f"{prefix}:queues"

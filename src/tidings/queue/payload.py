@@ -34,6 +34,7 @@ Optional fields (absent on plain jobs; see :mod:`tidings.queue.batch` and
 ``unique``         the unique lock name, when the lock is freed as the job starts
 ``maxStalls``      how often the job's lease may expire before it fails unrun (None or
                    absent: the worker's ``--max-stalls``)
+``uniqueConnection`` the named connection that lock lives on (absent: the default)
 
 ``attempts`` is not in the body: the scripts count it beside it, so Lua never rewrites a
 signed body.
@@ -83,6 +84,7 @@ class JobBody(TypedDict):
     batchCallback: NotRequired[str]
     unique: NotRequired[str]
     maxStalls: NotRequired[int]
+    uniqueConnection: NotRequired[str]
 
 
 _REQUIRED: dict[str, tuple[type, ...]] = {

@@ -213,7 +213,7 @@ class RedisQueue:
         for key in self.client.scan_iter(match=pattern, count=500):
             text = _key_text(key)
             names.add(text[start : text.rindex("}")])
-        for suffix in ("failed", "delayed"):
+        for suffix in ("failed", "delayed", "done"):
             for key in self.client.scan_iter(match=f"{self.prefix}:queue:{{*}}:{suffix}"):
                 text = _key_text(key)
                 names.add(text[start : text.rindex("}")])
@@ -361,8 +361,18 @@ class RedisQueue:
                     k.failed_info,
                     k.failed_body,
                 ]
+                self._reopen_batch_members(k, chunk)
                 moved += int(scripts.RETRY.call(self.client, keys, list(chunk)))
         return moved
+
+    def _reopen_batch_members(self, k: QueueKeys, ids: list[str]) -> None:
+        """Batch members among ``ids`` are counted pending again before they move (else
+        the batch gate would skip them as counted already; see ``batch_retry.lua``)."""
+        from tidings.queue.batch_admin import reopen_failed_members
+
+        if ids:
+            envelopes: Any = self.client.hmget(k.failed_body, ids)
+            reopen_failed_members(self.client, self.prefix, ids, list(envelopes))
 
     def forget(self, ids: Sequence[str]) -> int:
         """Delete failed records by id."""

@@ -3,8 +3,25 @@
 ::
 
     app.schedule(ProcessReports(), cron="*/5 * * * *")      # five-field cron, UTC
-    app.schedule(Heartbeat(), cron="*/10 * * * * *")        # a sixth field: seconds
+    app.schedule(Digest(), cron="0 9 * * 1-5", tz="Europe/Paris")  # 09:00 Paris time
+    app.schedule(Heartbeat(), cron="* * * * * */10")        # sixth field LAST: seconds
     app.schedule(Ping(), every_s=30)                        # every 30 s of Redis time
+
+A six-field expression has its seconds in the *last* field (croniter's order):
+``"* * * * * */10"`` is every ten seconds; ``"*/10 * * * * *"`` would be every second of
+every tenth minute.
+
+``tz=`` (an IANA zone name, read with :mod:`zoneinfo`) evaluates the expression on that
+zone's wall clock; without it, UTC. Across daylight-saving changes each wall-clock time
+fires once: a time that does not exist (the hour skipped in spring) fires at the end of
+the gap (``30 2 * * *`` runs at 03:00 that day), and a time that occurs twice (the hour
+repeated in autumn) fires at its first occurrence only. For a fixed interval in real time
+use ``every_s`` (or a UTC cron).
+
+Two schedules of one job class differ by name: the default name holds the class path,
+the timing, the zone, the queue and a digest of the job's arguments, so
+``Report("daily")`` and ``Report("weekly")`` on the same cron are two schedules. Two
+schedules with one name are refused at registration.
 
 Every worker process of the app knows the schedules (importing the app registers them)
 and runs a scheduler task, but only the one holding the lease
@@ -24,14 +41,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
+import hashlib
 import logging
 import math
 import os
 import socket
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import orjson
 from croniter import croniter
 
 from tidings.queue.job import Job, option
@@ -61,6 +83,8 @@ class Schedule:
     cron: str | None = None
     every_s: float | None = None
     queue: str | None = None
+    tz: str | None = None
+    zone: ZoneInfo | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if (self.cron is None) == (self.every_s is None):
@@ -69,6 +93,34 @@ class Schedule:
             raise ValueError(f"invalid cron expression {self.cron!r}")
         if self.every_s is not None and self.every_s <= 0:
             raise ValueError("every_s must be positive")
+        if self.tz is not None:
+            if self.cron is None:
+                raise ValueError("tz= applies to cron= schedules (every_s counts real time)")
+            try:
+                self.zone = ZoneInfo(self.tz)
+            except (ZoneInfoNotFoundError, ValueError) as exc:
+                raise ValueError(
+                    f"unknown time zone {self.tz!r} for schedule {self.name!r}; give an IANA "
+                    "name such as 'Europe/Paris' (install the tzdata package if the system "
+                    "has no zone database)"
+                ) from exc
+
+    def _instants(self, after: float) -> Iterator[float]:
+        """Cron tick instants (epoch seconds) after ``after``, increasing, no repeats."""
+        assert self.cron is not None
+        zone = self.zone
+        if zone is None:
+            it = croniter(self.cron, after)
+            while True:
+                yield float(it.get_next(float))
+        local = dt.datetime.fromtimestamp(after, zone).replace(tzinfo=None)
+        it = croniter(self.cron, local)
+        last = after
+        while True:
+            t = _instant(it.get_next(dt.datetime), zone)
+            if t > last:
+                last = t
+                yield t
 
     def ticks(self, after: float, until: float) -> list[float]:
         """Tick times t with ``after < t <= until`` (epoch seconds), the last few only."""
@@ -82,10 +134,9 @@ class Schedule:
                 out.append(round(t, 3))
                 t += self.every_s
             return out[-MAX_CATCHUP:]
-        assert self.cron is not None
-        it = croniter(self.cron, after)
+        instants = self._instants(after)
         for _ in range(1000):
-            t = float(it.get_next(float))
+            t = next(instants)
             if t > until:
                 break
             out.append(t)
@@ -95,8 +146,22 @@ class Schedule:
         """The first tick after ``now``."""
         if self.every_s is not None:
             return (math.floor(now / self.every_s) + 1) * self.every_s
-        assert self.cron is not None
-        return float(croniter(self.cron, now).get_next(float))
+        return next(self._instants(now))
+
+
+def _instant(wall: dt.datetime, zone: ZoneInfo) -> float:
+    """The instant of a naive wall-clock time in ``zone``: its first occurrence when it
+    occurs twice, the end of the gap when it does not occur (clocks jumped over it)."""
+    t = wall.replace(tzinfo=zone).timestamp()  # fold=0: the first occurrence
+    if dt.datetime.fromtimestamp(t, zone).replace(tzinfo=None) == wall:
+        return t
+    probe = wall.replace(second=0, microsecond=0)
+    for _ in range(24 * 60):
+        probe += dt.timedelta(minutes=1)
+        t = probe.replace(tzinfo=zone).timestamp()
+        if dt.datetime.fromtimestamp(t, zone).replace(tzinfo=None) == probe:
+            return t
+    raise ValueError(f"no wall-clock time after {wall} exists in {zone}")  # pragma: no cover
 
 
 class Scheduler:
@@ -180,9 +245,19 @@ def make_schedule(
     every_s: float | None = None,
     queue: str | None = None,
     name: str | None = None,
+    tz: str | None = None,
 ) -> Schedule:
-    """A :class:`Schedule` with a default name: the job's class path and timing."""
-    from tidings.queue.serializer import class_path
+    """A :class:`Schedule` with a default name: the job's class path, timing, zone,
+    queue and a digest of its arguments (so two schedules of one class differ)."""
+    from tidings.queue.serializer import class_path, encode
 
     default = f"{class_path(type(job))}@{cron if cron is not None else f'every {every_s}s'}"
-    return Schedule(job, name or default, cron, every_s, queue)
+    if tz:
+        default += f" {tz}"
+    if queue:
+        default += f" on {queue}"
+    data = encode(job)
+    if not (isinstance(data, dict) and data.get("__t") == "dc" and not data.get("f")):
+        digest = hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        default += f" #{digest[:12]}"
+    return Schedule(job, name or default, cron, every_s, queue, tz)

@@ -27,8 +27,9 @@ first dispatch of the burst. So a burst of dispatches runs the last one once.
 ``dispatch()`` returns the new id (the replaced one disappears).
 
 Uniqueness is per queue: the lock lives beside the queue so that checking it and pushing
-are one script on one slot. ``dispatch_many`` does not apply these checks: dispatch
-unique and debounced jobs one by one. A debounced dispatch ignores ``delay()``.
+are one script on one slot. ``dispatch_many`` applies the same checks: its unique and
+debounced jobs go through these scripts one by one (after every job was encoded), the
+others in bulk. A debounced dispatch ignores ``delay()``.
 """
 
 from __future__ import annotations
@@ -109,10 +110,13 @@ def _prepare(app: Any, pending: PendingDispatch, guard: Guard) -> _Prepared:
     job_id = new_id()
     body = build_body(job, job_id, pending.chain)
     body["chainCatch"] = pending.catch
+    conn = pending.connection or option(src, "connection")
     if guard.kind == "unique" and guard.until == "processing":
         body["unique"] = guard.name
+        if conn:
+            body["uniqueConnection"] = conn  # the worker unlocks there
     envelope = seal(body, app.signer, max_bytes=app.max_payload_bytes, queue=queue)
-    rq: RedisQueue = app.queue_for(pending.connection or option(src, "connection"))
+    rq: RedisQueue = app.queue_for(conn)
     app._queues_used.add(queue)  # job_status looks there
     k = rq.keys(queue)
     if guard.kind == "debounce":
@@ -157,15 +161,42 @@ async def push_guarded_async(app: Any, pending: PendingDispatch, guard: Guard) -
 class UniqueStart:
     """Built-in layer of a ``unique_until = "processing"`` job: free its lock, then run."""
 
-    def __init__(self, app: Any, queue: str, name: str, job_id: str) -> None:
+    def __init__(
+        self, app: Any, queue: str, name: str, job_id: str, connection: str | None = None
+    ) -> None:
         self.app = app
         self.queue = queue
         self.name = name
         self.job_id = job_id
+        self.connection = connection
 
     async def handle(self, job: Job, nxt: Callable[[], Awaitable[Any]]) -> Any:
         """Unlock (only if this job still holds the lock), then go on."""
-        rq = self.app.queue_for(None)
+        rq = self.app.queue_for(self.connection)
         key = unique_key(rq.prefix, self.queue, self.name)
         await UNLOCK.acall(rq.aclient(), [key], [self.job_id])
         return await nxt()
+
+
+# -- many at once (dispatch_many) ---------------------------------------------------------
+
+
+class GuardedPush:
+    """A unique or debounced job encoded ahead of its push (``dispatch_many`` encodes
+    every job before it pushes any)."""
+
+    def __init__(self, app: Any, pending: PendingDispatch, guard: Guard) -> None:
+        self.app = app
+        self.pending = pending
+        self.prepared = _prepare(app, pending, guard)
+
+    def push(self) -> str | None:
+        """Push through the guard's script; the id, or None when dropped as a duplicate."""
+        p = self.prepared
+        return _outcome(self.app, p, self.pending, p.script.call(p.rq.client, p.keys, p.args))
+
+    async def push_async(self) -> str | None:
+        """Async twin of :meth:`push`."""
+        p = self.prepared
+        raw = await p.script.acall(p.rq.aclient(), p.keys, p.args)
+        return _outcome(self.app, p, self.pending, raw)

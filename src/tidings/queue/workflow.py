@@ -35,7 +35,8 @@ def builtin_layers(app: Any, run: JobRun | None) -> list[Any]:
     if body.get("batch"):
         layers.append(batches.BatchGate(app, body["batch"], run.job_id))
     if body.get("unique"):
-        layers.append(UniqueStart(app, run.queue, body["unique"], run.job_id))
+        conn = body.get("uniqueConnection")
+        layers.append(UniqueStart(app, run.queue, body["unique"], run.job_id, conn))
     return layers
 
 

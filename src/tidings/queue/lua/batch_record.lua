@@ -1,5 +1,6 @@
 -- batch_record: count one batch job as finished (succeeded or finally failed), once.
 -- KEYS[1] batch hash   KEYS[2] finished ids set   KEYS[3] failed ids set
+-- KEYS[4] retried ids set (jobs `failed retry` sent back, see lua/batch_retry.lua)
 -- ARGV[1] job id   ARGV[2] 'ok' | 'fail'   ARGV[3] how long the id sets are kept after
 -- the batch finished (ms)
 -- Returns {code, kind1, queue1, envelope1, ...}: code 1 = counted, 0 = counted before (a
@@ -30,6 +31,10 @@ end
 local finished = redis.call('HGET', KEYS[1], 'finished_at') ~= '0'
 if finished or redis.call('SADD', KEYS[2], id) == 0 then
   out[1] = 0
+  if KEYS[4] and redis.call('SREM', KEYS[4], id) == 1 then
+    -- a retried job of a batch whose id sets had expired: ran uncounted, fires nothing
+    return out
+  end
   if redis.call('HGET', KEYS[1], 'catch_by') == id then fire('catch') end
   if redis.call('HGET', KEYS[1], 'finisher') == id then
     if redis.call('HGET', KEYS[1], 'then_fired') == '1' then fire('then') end
@@ -37,12 +42,15 @@ if finished or redis.call('SADD', KEYS[2], id) == 0 then
   end
   return out
 end
+if KEYS[4] then redis.call('SREM', KEYS[4], id) end
 local pending = redis.call('HINCRBY', KEYS[1], 'pending', -1)
 if ARGV[2] == 'ok' then
   redis.call('HINCRBY', KEYS[1], 'processed', 1)
 else
   redis.call('SADD', KEYS[3], id)
-  if redis.call('HINCRBY', KEYS[1], 'failed', 1) == 1 then
+  -- catch_by: `catch` is decided once in the batch's life (a retried job failing again
+  -- after the count went back to 0 does not fire it twice)
+  if redis.call('HINCRBY', KEYS[1], 'failed', 1) == 1 and not redis.call('HGET', KEYS[1], 'catch_by') then
     redis.call('HSET', KEYS[1], 'catch_by', id)
     fire('catch')
     if redis.call('HGET', KEYS[1], 'allow_failures') ~= '1'
@@ -61,5 +69,6 @@ if pending <= 0 then
   fire('finally')
   redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[3]))
   redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[3]))
+  if KEYS[4] then redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[3])) end
 end
 return out
