@@ -53,6 +53,7 @@ from tidings.queue.keys import BatchKeys, batches_key
 from tidings.queue.once import push_once, push_once_async
 from tidings.queue.payload import JobBody, seal
 from tidings.queue.producer import build_body, default_delay, new_id
+from tidings.queue.redis_queue import unavailable_aguard, unavailable_guard
 from tidings.queue.scripts import Arg, LuaScript
 
 BATCH_ADD = LuaScript("batch_add")
@@ -176,8 +177,9 @@ class PendingBatch:
         app = _current.current()
         k, args, items = self._prepare(app)
         rq = app.queue_for(None)
-        raw = BATCH_ADD.call(rq.client, [k.info, k.members], args)
-        rq.client.zadd(batches_key(rq.prefix), {k.id: int(_clock.now() * 1000)})
+        with unavailable_guard("batch dispatch"):
+            raw = BATCH_ADD.call(rq.client, [k.info, k.members], args)
+            rq.client.zadd(batches_key(rq.prefix), {k.id: int(_clock.now() * 1000)})
         for (queue, delay), group in _group(items).items():
             rq.push(queue, group, delay)
         for _, queue, envelope in _callbacks(raw):
@@ -190,8 +192,9 @@ class PendingBatch:
         k, args, items = self._prepare(app)
         rq = app.queue_for(None)
         client = rq.aclient()
-        raw = await BATCH_ADD.acall(client, [k.info, k.members], args)
-        await client.zadd(batches_key(rq.prefix), {k.id: int(_clock.now() * 1000)})
+        async with unavailable_aguard("batch dispatch"):
+            raw = await BATCH_ADD.acall(client, [k.info, k.members], args)
+            await client.zadd(batches_key(rq.prefix), {k.id: int(_clock.now() * 1000)})
         for (queue, delay), group in _group(items).items():
             await rq.push_async(queue, group, delay)
         for _, queue, envelope in _callbacks(raw):

@@ -15,17 +15,16 @@ from typing import Any
 import orjson
 import redis
 import redis.asyncio
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tidings.errors import QueueUnavailable
 from tidings.queue import scripts
 from tidings.queue.connection import async_client, sync_client
 from tidings.queue.fastlane import FastLane
 from tidings.queue.keys import QueueKeys, queue_pattern, restart_key
+from tidings.queue.redis_errors import REDIS_ERRORS, is_transient
 
-_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+_UNAVAILABLE = REDIS_ERRORS
 DONE_KEEP_MS = 3600 * 1000
 DONE_MAX = 100_000
 
@@ -57,13 +56,16 @@ def _translate(exc: BaseException, what: str) -> QueueUnavailable | BaseExceptio
     # redis-py raises OutOfMemoryError and strips the "OOM" prefix from its message.
     if isinstance(exc, OutOfMemoryError) or (isinstance(exc, ResponseError) and "OOM" in str(exc)):
         return QueueUnavailable(f"{what}: Redis is out of memory (maxmemory reached)")
-    if isinstance(exc, _UNAVAILABLE):
+    if is_transient(exc):
+        # Connection trouble, or a failover/resharding in progress (CLUSTERDOWN, MOVED,
+        # READONLY, MASTERDOWN...): the push did not happen, a later one may.
         return QueueUnavailable(f"{what}: Redis unavailable ({type(exc).__name__}: {exc})")
     return exc
 
 
 @contextmanager
 def _guard(what: str) -> Iterator[None]:
+    """Turn a transient Redis error inside the block into ``QueueUnavailable``."""
     try:
         yield
     except (*_UNAVAILABLE, ResponseError) as exc:
@@ -75,6 +77,7 @@ def _guard(what: str) -> Iterator[None]:
 
 @asynccontextmanager
 async def _aguard(what: str) -> Any:
+    """Async twin of :func:`_guard`."""
     try:
         yield
     except (*_UNAVAILABLE, ResponseError) as exc:
@@ -82,6 +85,10 @@ async def _aguard(what: str) -> Any:
         if translated is exc:
             raise
         raise translated from exc
+
+
+unavailable_guard = _guard
+unavailable_aguard = _aguard
 
 
 class _Plain:
