@@ -28,6 +28,7 @@ import redis
 
 from tests.e2e.jobs_app import Boom, Record, Sleeper, SyncSleeper
 from tests.support import Proc, RedisServer, wait_for
+from tests.support.topology import all_clients
 from tidings import App
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -272,7 +273,7 @@ def test_sigterm_ends_an_idle_wait_at_once_with_nothing_reserved(e: Env) -> None
     Record("warm-term").dispatch()
     wait_for(lambda: e.count("exec", "warm-term") == 1, 15)
     wait_for(
-        lambda: any(c.get("cmd") == "blpop" for c in e.r.client_list()),
+        lambda: any(c.get("cmd") == "blpop" for c in all_clients(e.r)),
         10,
         message="worker blocking in BLPOP",
     )

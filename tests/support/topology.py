@@ -32,7 +32,7 @@ from redis.cluster import RedisCluster
 from .procs import Proc, free_port, spawn, wait_for
 from .redis_server import RedisServer, RedisServerError, find_redis_server
 
-__all__ = ["ClusterGroup", "SentinelGroup", "client_for_url", "find_redis_cli"]
+__all__ = ["ClusterGroup", "SentinelGroup", "all_clients", "client_for_url", "find_redis_cli"]
 
 SERVICE = "tidings-test"
 
@@ -86,6 +86,16 @@ def cluster_port() -> int:
         if _port_is_free(port) and _port_is_free(port + 10000):
             return port
     raise RedisServerError("no free port pair for a cluster node")
+
+
+def all_clients(r: Any) -> list[dict[str, Any]]:
+    """CLIENT LIST of every node a client talks to (one server, or every cluster node)."""
+    if isinstance(r, RedisCluster):
+        out: list[dict[str, Any]] = []
+        for node in r.get_nodes():
+            out += node.redis_connection.client_list()
+        return out
+    return list(r.client_list())
 
 
 class ClusterGroup:

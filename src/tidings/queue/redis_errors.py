@@ -34,7 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = ["REDIS_ERRORS", "is_transient"]
 
-REDIS_ERRORS: tuple[type[BaseException], ...] = (
+REDIS_ERRORS = (
     RedisConnectionError,
     RedisTimeoutError,
     OSError,

@@ -31,7 +31,7 @@ from tidings.queue.redis_errors import REDIS_ERRORS as REDIS_ERRORS
 from tidings.queue.redis_errors import is_transient as is_transient
 from tidings.queue.redis_queue import RedisQueue
 from tidings.queue.signing import Signer
-from tidings.queue.wakeup import Waiter
+from tidings.queue.wakeup import SlotWaits, Waiter
 
 log = logging.getLogger("tidings.worker")
 
@@ -143,7 +143,7 @@ class WorkerBase:
         self._client: redis.asyncio.Redis | None = None
         self._blocking: redis.asyncio.Redis | None = None
         self._waiter: asyncio.Future[Any] | None = None
-        self._wait: Waiter | None = None
+        self._wait: Waiter | SlotWaits | None = None
         # Holds the task that ends a blocking wait on stop (asyncio keeps only weak refs).
         self._interrupting: asyncio.Task[None] | None = None
         self._wait_errors = 0
