@@ -112,3 +112,14 @@ class Timed(Job):
         pipe.hset(key("start_ms"), self.id, now)
         pipe.hincrby(key("exec"), self.id, 1)
         await pipe.execute()
+
+
+@dataclass
+class Once(Job):
+    """As :class:`Record`, with the worker's default tries (1): a run whose ack is lost
+    in a failover and that is delivered again fails as MaxAttemptsExceeded."""
+
+    id: str
+
+    async def handle(self) -> None:
+        await account().hincrby(key("exec"), self.id, 1)
