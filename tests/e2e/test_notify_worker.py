@@ -137,6 +137,7 @@ def figure(text: str) -> None:
 # -- draining with several processes ---------------------------------------------------------------
 
 
+@pytest.mark.topologies
 def test_three_workers_drain_3000_jobs_each_exactly_once(e: Env) -> None:
     ids = e.app.dispatch_many([Record(f"j{i}") for i in range(3000)])
     assert len(set(ids)) == 3000
@@ -157,6 +158,7 @@ def test_three_workers_drain_3000_jobs_each_exactly_once(e: Env) -> None:
 # -- F1: SIGKILL mid-job ---------------------------------------------------------------------------
 
 
+@pytest.mark.topologies
 def test_sigkill_mid_job_runs_again_after_the_lease(e: Env) -> None:
     a, b = e.worker(name="a"), e.worker(name="b")
     job_id = Sleeper("k", 30, first_only=True).dispatch()
@@ -266,6 +268,7 @@ def test_second_sigterm_exits_at_once_and_the_job_runs_later(e: Env) -> None:
     assert e.count("started", "twice") == 2
 
 
+@pytest.mark.topologies
 def test_sigterm_ends_an_idle_wait_at_once_with_nothing_reserved(e: Env) -> None:
     """The pop rides behind the blocking wait (tidings.queue.wakeup): SIGTERM ends the
     wait with CLIENT UNBLOCK rather than sitting out --sleep, and leaves nothing reserved."""
@@ -384,6 +387,7 @@ def test_prune_keeps_recent_records(e: Env) -> None:
     assert _failed_list(e) == []
 
 
+@pytest.mark.topologies
 def test_monitor_and_clear(e: Env) -> None:
     e.app.dispatch_many([Record(f"c{i}") for i in range(5)])
     Record("later").delay(60).dispatch()
@@ -400,6 +404,7 @@ def test_monitor_and_clear(e: Env) -> None:
     assert e.app.queue_for(None).sizes(["mail"])["mail"]["ready"] == 1
 
 
+@pytest.mark.topologies
 def test_restart_makes_a_running_worker_exit_0(e: Env) -> None:
     w = e.worker(name="restartable")
     Record("alive").dispatch()
