@@ -70,8 +70,9 @@ _TRANSIENT_TYPES = (
     AskError,  # and MovedError
     TryAgainError,
 )
-# Cluster client errors that are bugs, not outages.
-_PERMANENT_CLUSTER = ("CrossSlotTransactionError", "InvalidPipelineStack")
+# The cluster client's own errors are mostly bugs (keys of two slots in one command);
+# only "no node could be reached to load the slot map" is an outage.
+_CLUSTER_OUTAGE = ("cannot be connected",)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -79,5 +80,5 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, _TRANSIENT_TYPES):
         return True
     if isinstance(exc, RedisClusterException):
-        return type(exc).__name__ not in _PERMANENT_CLUSTER
+        return any(text in str(exc) for text in _CLUSTER_OUTAGE)
     return isinstance(exc, ResponseError) and str(exc).startswith(_TRANSIENT_REPLIES)
