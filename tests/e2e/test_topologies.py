@@ -62,3 +62,12 @@ def test_idle_multi_queue_worker_wakes_for_every_queue_without_polling(
     t0 = time.monotonic()
     assert exited(w, 10) == 0
     figure(f"{redis_topology}: idle worker of 2 queues stopped {time.monotonic() - t0:.2f}s after SIGTERM")
+
+
+def test_wait_replicas_after_a_dispatch(e: Env, redis_topology: str) -> None:
+    """``RedisQueue.wait_replicas``: WAIT on the primary that holds the queue (on Cluster,
+    the queue's slot's primary), on the connection that pushed."""
+    Ordered("w").on_queue("high").dispatch()
+    got = e.app.queue_for(None).wait_replicas("high", 1, 200)
+    # plain Redis has no replica: 0 after the timeout; the groups have one per primary.
+    assert got == (0 if redis_topology == "plain" else 1)
