@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.e2e.jobs_app import Ordered
-from tests.e2e.test_notify_worker import Env, e, exited, figure
+from tests.e2e.test_notify_worker import Env, exited, figure
 from tests.support import wait_for
 
 pytestmark = pytest.mark.topologies
@@ -51,7 +51,7 @@ def test_idle_multi_queue_worker_wakes_for_every_queue_without_polling(
         n = len(_order(e))
         t0 = time.monotonic()
         Ordered(f"{queue}-{n}").on_queue(queue).dispatch()
-        wait_for(lambda: len(_order(e)) == n + 1, 10, 0.005, message=f"woken for {queue}")
+        wait_for(lambda want=n + 1: len(_order(e)) == want, 10, 0.005, message=f"woken {queue}")
         took[f"{queue}-{n}"] = time.monotonic() - t0
     figure(f"{redis_topology}: idle worker of 2 queues (--sleep 30) woken in {took}")
     # --sleep 30: only a wake-up (not a poll or the wait's timeout) explains these.
@@ -61,7 +61,8 @@ def test_idle_multi_queue_worker_wakes_for_every_queue_without_polling(
     w.terminate()
     t0 = time.monotonic()
     assert exited(w, 10) == 0
-    figure(f"{redis_topology}: idle worker of 2 queues stopped {time.monotonic() - t0:.2f}s after SIGTERM")
+    took_s = time.monotonic() - t0
+    figure(f"{redis_topology}: idle worker of 2 queues stopped {took_s:.2f}s after SIGTERM")
 
 
 def test_wait_replicas_after_a_dispatch(e: Env, redis_topology: str) -> None:

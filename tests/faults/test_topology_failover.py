@@ -26,6 +26,7 @@ and these tests ask for 0 lost. docs/guarantees.md says what is and is not promi
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -128,14 +129,10 @@ def _drill(rig: Rig, fault: Callable[[], float], row: str) -> None:
             done = set(rig.hash("exec"))
             return all(i in failed or n in done for i, n in producer.ledger.items())
 
-        try:
+        with contextlib.suppress(TimeoutError):  # counted as lost below
             wait_for(settled, 30, 0.2, message="every ledger id done or failed")
-        except TimeoutError:
-            pass  # counted as lost below
-        try:
+        with contextlib.suppress(TimeoutError):  # counted as stranded below
             wait_for(lambda: _sizes(rig) == {"ready": 0, "delayed": 0, "reserved": 0}, 20, 0.2)
-        except TimeoutError:
-            pass  # counted as stranded below
     counts = rig.hash("exec")
     failed = {f.id: f for f in app_rq.failed(list(QUEUES))}
     lost = [n for i, n in producer.ledger.items() if i not in failed and n not in counts]

@@ -115,7 +115,7 @@ class ClusterGroup:
                     "--cluster-node-timeout", str(node_timeout_ms),
                     # A failover promotes even a replica that lost its link a while ago.
                     "--cluster-replica-validity-factor", "0",
-                ],  # fmt: skip
+                ],
             )
             for i in range(size)
         ]
@@ -135,7 +135,9 @@ class ClusterGroup:
                 capture_output=True, text=True, timeout=60, check=False,
             )  # fmt: skip
             if out.returncode != 0:
-                raise RedisServerError(f"redis-cli --cluster create failed:\n{out.stdout}{out.stderr}")
+                raise RedisServerError(
+                    f"redis-cli --cluster create failed:\n{out.stdout}{out.stderr}"
+                )
             self.wait_healthy(30)
         except BaseException:
             self.close()
@@ -154,9 +156,8 @@ class ClusterGroup:
         if isinstance(raw, dict):  # redis-py parses CLUSTER INFO itself
             return {str(k): str(v) for k, v in raw.items()}
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        return dict(
-            line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("#")
-        )
+        lines = [x for x in text.splitlines() if ":" in x and not x.startswith("#")]
+        return dict(x.split(":", 1) for x in lines)
 
     def healthy(self) -> bool:
         """Every running node sees all slots covered, and every replica is in sync."""
@@ -327,7 +328,9 @@ class SentinelGroup:
             s = self.sentinel_client(i)
             try:
                 info = s.sentinel_master(self.service)
-                if int(info.get("num-slaves", 0)) < 1 or int(info.get("num-other-sentinels", 0)) < 2:
+                if int(info.get("num-slaves", 0)) < 1:
+                    return False
+                if int(info.get("num-other-sentinels", 0)) < 2:
                     return False
             except redis.RedisError:
                 return False

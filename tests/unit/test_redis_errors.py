@@ -79,16 +79,14 @@ def test_permanent(exc: BaseException) -> None:
 
 @pytest.mark.parametrize(
     "exc",
-    [ClusterDownError("The cluster is down"), MovedError("1 127.0.0.1:1"), SlotNotCoveredError("x")],
+    [ClusterDownError("The cluster is down"), MovedError("1 127.0.0.1:1"), SlotNotCoveredError()],
 )
 def test_producers_see_only_queue_unavailable(exc: BaseException) -> None:
-    with pytest.raises(QueueUnavailable) as info:
-        with unavailable_guard("push to 'default'"):
-            raise exc
+    with pytest.raises(QueueUnavailable) as info, unavailable_guard("push to 'default'"):
+        raise exc
     assert "push to 'default'" in str(info.value)
 
 
 def test_permanent_errors_pass_through_the_guard() -> None:
-    with pytest.raises(ClusterCrossSlotError):
-        with unavailable_guard("push"):
-            raise ClusterCrossSlotError("Keys in request don't hash to the same slot")
+    with pytest.raises(ClusterCrossSlotError), unavailable_guard("push"):
+        raise ClusterCrossSlotError("Keys in request don't hash to the same slot")
