@@ -8,6 +8,8 @@ not show up in the figures, and it is stopped by its PID.
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 import shutil
 import socket
@@ -52,9 +54,14 @@ def _free_port() -> int:
 
 
 def _version(url: str) -> str:
-    client = redis.Redis.from_url(url)
+    from tidings.queue.connection import sync_client  # any URL: plain, cluster, sentinel
+
+    client = sync_client(url)
     try:
-        return str(client.info("server")["redis_version"])
+        info: Any = client.info("server")
+        if "redis_version" not in info:  # RedisCluster: one dict per node
+            info = next(iter(info.values()))
+        return str(info["redis_version"])
     finally:
         client.close()
 

@@ -57,7 +57,9 @@ class Ctx:
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.client = redis.Redis.from_url(self.url)
+        from tidings.queue.connection import sync_client  # any URL: plain, cluster, sentinel
+
+        self.client = sync_client(self.url)
 
     def clean(self) -> None:
         """Delete every key this run made (never anything outside the prefix)."""

@@ -7,7 +7,15 @@ Fixtures (all independent of tidings, which this file never imports):
                           unless the test clears it after asserting on it).
     redis_url             session; ``$TIDINGS_TEST_REDIS_URL`` or one private redis-server
                           (no persistence) shared by the whole run. Never the machine's 6379.
-    redis_client          a ``redis.Redis`` on ``redis_url`` (bytes responses), closed after.
+                          Tests marked ``topologies`` get it once per topology: plain Redis,
+                          ``redis+cluster://`` (a 6-node cluster) and ``redis+sentinel://``
+                          (a master, a replica, 3 sentinels); ``--topology=cluster|sentinel|
+                          all`` (or $TIDINGS_TEST_TOPOLOGY) runs every other test on that one.
+    redis_topology        session; "plain", "cluster" or "sentinel": what ``redis_url`` is.
+    redis_cluster         session; the shared ClusterGroup (started on first use).
+    redis_sentinel        session; the shared SentinelGroup (started on first use).
+    redis_client          a client on ``redis_url`` (``redis.Redis``, ``RedisCluster`` or
+                          Sentinel's master client; bytes responses), closed after.
     prefix                a unique key prefix per test; its keys are deleted at teardown.
     redis_server          a private, started RedisServer (AOF, fsync always) to kill/restart.
     redis_server_factory  ``make(**RedisServer kwargs) -> started RedisServer``, all closed after.
@@ -40,6 +48,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from tests.support import FaultProxy, Proc, RedisServer, spawn  # noqa: E402
+from tests.support.topology import ClusterGroup, SentinelGroup, client_for_url  # noqa: E402
 
 # -- loopback guard ---------------------------------------------------------------------
 
@@ -159,20 +168,78 @@ def loopback_only() -> Iterator[list[str]]:
 # -- redis ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """URL of the Redis shared by the session; isolate keys with the ``prefix`` fixture."""
-    external = os.environ.get("TIDINGS_TEST_REDIS_URL")
-    if external:
-        yield external
+TOPOLOGIES = ("plain", "cluster", "sentinel")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--topology",
+        default=os.environ.get("TIDINGS_TEST_TOPOLOGY", "plain"),
+        choices=(*TOPOLOGIES, "all"),
+        help="Redis topology for tests using redis_url (tests marked `topologies` run on "
+        "all three anyway): plain, cluster, sentinel or all",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "topologies: run on plain Redis, a Redis Cluster and a Sentinel group"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "redis_url" not in metafunc.fixturenames or os.environ.get("TIDINGS_TEST_REDIS_URL"):
         return
+    option = metafunc.config.getoption("--topology")
+    if option == "all" or metafunc.definition.get_closest_marker("topologies"):
+        wanted = list(TOPOLOGIES)
+    else:
+        wanted = [option]
+    if wanted != ["plain"]:
+        metafunc.parametrize("redis_topology", wanted, indirect=True, scope="session")
+
+
+@pytest.fixture(scope="session")
+def redis_topology(request: pytest.FixtureRequest) -> str:
+    return str(getattr(request, "param", "plain"))
+
+
+@pytest.fixture(scope="session")
+def plain_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with RedisServer(tmp_path_factory.mktemp("redis-session"), appendonly=False) as server:
         yield server.url
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterGroup]:
+    """A 6-node Redis Cluster (3 masters, 3 replicas) shared by the session."""
+    with ClusterGroup(tmp_path_factory.mktemp("redis-cluster"), node_timeout_ms=2000) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelGroup]:
+    """A master, a replica and three sentinels shared by the session."""
+    with SentinelGroup(tmp_path_factory.mktemp("redis-sentinel")) as group:
+        yield group
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_topology: str, request: pytest.FixtureRequest) -> str:
+    """URL of the Redis shared by the session; isolate keys with the ``prefix`` fixture."""
+    external = os.environ.get("TIDINGS_TEST_REDIS_URL")
+    if external:
+        return external
+    if redis_topology == "cluster":
+        return str(request.getfixturevalue("redis_cluster").url)
+    if redis_topology == "sentinel":
+        return str(request.getfixturevalue("redis_sentinel").url)
+    return str(request.getfixturevalue("plain_redis_url"))
+
+
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
+    client: redis.Redis = client_for_url(redis_url)
     try:
         yield client
     finally:
@@ -190,7 +257,7 @@ def prefix(request: pytest.FixtureRequest) -> Iterator[str]:
     yield value
     if "redis_url" not in request.fixturenames:
         return
-    client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
+    client = client_for_url(request.getfixturevalue("redis_url"))
     try:
         batch: list[bytes] = []
         for key in client.scan_iter(match=f"*{value}*", count=1000):

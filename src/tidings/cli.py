@@ -18,11 +18,15 @@ from typing import Any
 
 import click
 import orjson
+from redis.exceptions import ResponseError
 
 from tidings.app import App
 from tidings.cli_batches import make_group as make_batches_group
+from tidings.errors import QueueUnavailable
 from tidings.queue.events import JobFailed, JobProcessed, JobProcessing, JobReleased
+from tidings.queue.redis_errors import REDIS_ERRORS, is_transient
 from tidings.queue.worker import EXIT_CONFIG, EXIT_STUCK, Worker, WorkerOptions
+from tidings.queue.worker_base import short_error
 from tidings.redaction import redact
 from tidings.terminal import EscapingFormatter, escape, escape_json
 
@@ -125,7 +129,32 @@ def install_output(app: App, *, json_logs: bool) -> None:
     app.listen(JobReleased, released)
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+EXIT_UNAVAILABLE = 69  # sysexits EX_UNAVAILABLE
+
+
+class _Group(click.Group):
+    """The command group; a command cut short by Redis being away (down, or a failover
+    in progress) ends with one clear line and exit code 69, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (QueueUnavailable, *REDIS_ERRORS, ResponseError) as exc:
+            if not (isinstance(exc, QueueUnavailable) or is_transient(exc)):
+                raise
+            click.echo(
+                f"notify-worker: Redis unavailable ({short_error(exc)}); the command did not "
+                "finish - run it again once Redis is back (TIDINGS_REDIS_URL names the server)",
+                err=True,
+            )
+            sys.exit(EXIT_UNAVAILABLE)
+
+
+@click.group(
+    cls=_Group,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.option("-A", "--app", "app_spec", help="The App as module:attribute (else TIDINGS_APP).")
 @click.option(
     "--queue", "queues", default="default", show_default=True, help="Queues in priority order."

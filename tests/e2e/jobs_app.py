@@ -106,3 +106,13 @@ class Boom(Job):
 
     def handle(self) -> None:
         raise RuntimeError(f"boom {self.id}")
+
+
+@dataclass
+class Ordered(Job):
+    """Appends its id to ``<prefix>:test:order`` (execution order across queues)."""
+
+    id: str
+
+    async def handle(self) -> None:
+        await App.current().queue_for(None).aclient().rpush(key("order"), self.id)

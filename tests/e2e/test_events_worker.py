@@ -122,6 +122,7 @@ def order(e: Env) -> OrderPlaced:
     )
 
 
+@pytest.mark.topologies
 def test_queued_listeners_in_the_worker_receive_an_equal_event(e: Env) -> None:
     sent = order(e)
     sync_id, async_id, fn_id = e.app.dispatch(sent)

@@ -77,6 +77,7 @@ def exited(proc: Proc, timeout_s: float) -> int:
 
 
 @pytest.mark.parametrize("channel", ["mail", "webhook"])
+@pytest.mark.topologies
 def test_f2_before_ack_redelivers_with_the_same_delivery_id(
     redis_url: str,
     prefix: str,

@@ -28,6 +28,7 @@ import redis
 
 from tests.e2e.jobs_app import Boom, Record, Sleeper, SyncSleeper
 from tests.support import Proc, RedisServer, wait_for
+from tests.support.topology import all_clients
 from tidings import App
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,6 +137,7 @@ def figure(text: str) -> None:
 # -- draining with several processes ---------------------------------------------------------------
 
 
+@pytest.mark.topologies
 def test_three_workers_drain_3000_jobs_each_exactly_once(e: Env) -> None:
     ids = e.app.dispatch_many([Record(f"j{i}") for i in range(3000)])
     assert len(set(ids)) == 3000
@@ -156,6 +158,7 @@ def test_three_workers_drain_3000_jobs_each_exactly_once(e: Env) -> None:
 # -- F1: SIGKILL mid-job ---------------------------------------------------------------------------
 
 
+@pytest.mark.topologies
 def test_sigkill_mid_job_runs_again_after_the_lease(e: Env) -> None:
     a, b = e.worker(name="a"), e.worker(name="b")
     job_id = Sleeper("k", 30, first_only=True).dispatch()
@@ -265,6 +268,7 @@ def test_second_sigterm_exits_at_once_and_the_job_runs_later(e: Env) -> None:
     assert e.count("started", "twice") == 2
 
 
+@pytest.mark.topologies
 def test_sigterm_ends_an_idle_wait_at_once_with_nothing_reserved(e: Env) -> None:
     """The pop rides behind the blocking wait (tidings.queue.wakeup): SIGTERM ends the
     wait with CLIENT UNBLOCK rather than sitting out --sleep, and leaves nothing reserved."""
@@ -272,7 +276,7 @@ def test_sigterm_ends_an_idle_wait_at_once_with_nothing_reserved(e: Env) -> None
     Record("warm-term").dispatch()
     wait_for(lambda: e.count("exec", "warm-term") == 1, 15)
     wait_for(
-        lambda: any(c.get("cmd") == "blpop" for c in e.r.client_list()),
+        lambda: any(c.get("cmd") == "blpop" for c in all_clients(e.r)),
         10,
         message="worker blocking in BLPOP",
     )
@@ -383,6 +387,7 @@ def test_prune_keeps_recent_records(e: Env) -> None:
     assert _failed_list(e) == []
 
 
+@pytest.mark.topologies
 def test_monitor_and_clear(e: Env) -> None:
     e.app.dispatch_many([Record(f"c{i}") for i in range(5)])
     Record("later").delay(60).dispatch()
@@ -399,6 +404,7 @@ def test_monitor_and_clear(e: Env) -> None:
     assert e.app.queue_for(None).sizes(["mail"])["mail"]["ready"] == 1
 
 
+@pytest.mark.topologies
 def test_restart_makes_a_running_worker_exit_0(e: Env) -> None:
     w = e.worker(name="restartable")
     Record("alive").dispatch()

@@ -174,3 +174,14 @@ class Flaky(Job):
     async def handle(self) -> None:
         await account().rpush(key("log"), f"{self.id} {os.getpid()} {self.arg}")
         raise RuntimeError(f"flaky {self.id}")
+
+
+@dataclass
+class Once(Job):
+    """As :class:`Record`, with the worker's default tries (1): a run whose ack is lost
+    in a failover and that is delivered again fails as MaxAttemptsExceeded."""
+
+    id: str
+
+    async def handle(self) -> None:
+        await account().hincrby(key("exec"), self.id, 1)

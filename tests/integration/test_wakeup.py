@@ -13,13 +13,13 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
-import redis
 
+from tests.support.topology import client_for_url
 from tidings.queue import scripts
 from tidings.queue.broker import Broker, PopResult, pop_result
 from tidings.queue.connection import async_client
 from tidings.queue.redis_queue import RedisQueue
-from tidings.queue.wakeup import Waiter
+from tidings.queue.wakeup import Waiter, make_waiter
 
 from .test_lua_scripts import envelope
 
@@ -40,7 +40,8 @@ def run(rq: RedisQueue, fn: Callable[[Broker, Waiter], Awaitable[T]]) -> T:
     async def main() -> T:
         client = async_client(rq.url)
         blocking = async_client(rq.url, socket_timeout_s=40.0)
-        waiter = Waiter(blocking)
+        waiter = make_waiter(blocking, [rq.keys("default")], 40.0)  # on Cluster: its slot
+        assert isinstance(waiter, Waiter)
         try:
             return await fn(Broker(client, retry_after_s=30.0, max_bytes=1 << 20), waiter)
         finally:
@@ -99,7 +100,7 @@ def test_interrupt_ends_the_wait_and_hands_back_what_the_pop_reserved(
         waiting = asyncio.ensure_future(wait_pop(rq, b, w, 30.0))
         await asyncio.sleep(0.2)
         # A job in the ready list without a wake-up token: the BLPOP goes on blocking.
-        client = redis.Redis.from_url(rq.url)
+        client = client_for_url(rq.url)
         client.hset(k.jobs, job_id, env)
         client.rpush(k.ready, job_id)
         client.close()

@@ -24,6 +24,7 @@ import redis
 from tests.integration.workflows_app import Callback, Item, Sturdy, make_app
 from tests.integration.workflows_support import ROOT, execs, start_worker, stop_all, wait_until
 from tests.support import Proc
+from tests.support.topology import client_for_url
 from tidings import App
 from tidings.queue.batch import BATCH_CREATE, BATCH_RECORD, BatchInfo, batch
 from tidings.queue.keys import BatchKeys
@@ -53,6 +54,7 @@ def _full(jobs: int, failing: set[int] | None = None, **kw: Any) -> list[Item]:
     return [Item(f"i{i}", fails=i in (failing or set()), **kw) for i in range(jobs)]
 
 
+@pytest.mark.topologies
 def test_hundreds_of_jobs_with_allowed_failures(
     app: App, redis_client: redis.Redis, prefix: str, spawn_proc: Callable[..., Proc]
 ) -> None:
@@ -123,6 +125,7 @@ def test_cancel_skips_jobs_not_started(
     stop_all(w)
 
 
+@pytest.mark.topologies
 def test_worker_sigkilled_mid_batch_callbacks_fire_once(
     app: App, redis_client: redis.Redis, prefix: str, spawn_proc: Callable[..., Proc]
 ) -> None:
@@ -193,7 +196,7 @@ def test_record_counts_once_and_fires_once_under_races(app: App) -> None:
     start = threading.Barrier(16)
 
     def work(n: int) -> None:
-        client = redis.Redis.from_url(app.settings.redis_url)
+        client = client_for_url(app.settings.redis_url)
         start.wait()
         for job_id in ids[n::16] + ids[n::16]:
             raw = BATCH_RECORD.call(client, [k.info, k.finished, k.failed], [job_id, "ok", 60000])

@@ -42,6 +42,7 @@ def _idle(app: App) -> bool:
     return s["ready"] == 0 and s["delayed"] == 0 and s["reserved"] == 0
 
 
+@pytest.mark.topologies
 def test_links_run_in_order_once_each(
     app: App, redis_client: redis.Redis, prefix: str, spawn_proc: Callable[..., Proc]
 ) -> None:
@@ -63,6 +64,7 @@ def test_a_queued_listener_can_be_a_link(
     stop_all(w)
 
 
+@pytest.mark.topologies
 def test_final_failure_runs_catch_once_and_stops_the_chain(
     app: App, redis_client: redis.Redis, prefix: str, spawn_proc: Callable[..., Proc]
 ) -> None:
@@ -77,6 +79,7 @@ def test_final_failure_runs_catch_once_and_stops_the_chain(
     stop_all(w)
 
 
+@pytest.mark.topologies
 def test_worker_killed_mid_link_reruns_only_that_link(
     app: App, redis_client: redis.Redis, prefix: str, spawn_proc: Callable[..., Proc]
 ) -> None:

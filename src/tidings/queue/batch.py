@@ -57,6 +57,7 @@ from tidings.queue.keys import BatchKeys, batches_key
 from tidings.queue.once import push_once, push_once_async
 from tidings.queue.payload import JobBody, seal
 from tidings.queue.producer import build_body, default_delay, new_id
+from tidings.queue.redis_queue import unavailable_aguard, unavailable_guard
 from tidings.queue.scripts import Arg, LuaScript
 
 log = logging.getLogger("tidings.worker")
@@ -193,15 +194,16 @@ class PendingBatch:
         app = _current.current()
         k, args, items = self._prepare(app)
         rq = app.queue_for(None)
-        index = batches_key(rq.prefix)
-        if _is_cluster(rq.client):
-            # The index lives in another slot: index first, so that a producer dying in
-            # between leaves an index entry without a batch (skipped, pruned), never a
-            # batch nobody can list.
-            rq.client.zadd(index, {k.id: int(_clock.now() * 1000)}, nx=True)
-            raw = BATCH_CREATE.call(rq.client, [k.info, k.members], args)
-        else:
-            raw = BATCH_CREATE.call(rq.client, [k.info, k.members, index], args)
+        with unavailable_guard("batch dispatch"):
+            index = batches_key(rq.prefix)
+            if _is_cluster(rq.client):
+                # The index lives in another slot: index first, so that a producer dying in
+                # between leaves an index entry without a batch (skipped, pruned), never a
+                # batch nobody can list.
+                rq.client.zadd(index, {k.id: int(_clock.now() * 1000)}, nx=True)
+                raw = BATCH_CREATE.call(rq.client, [k.info, k.members], args)
+            else:
+                raw = BATCH_CREATE.call(rq.client, [k.info, k.members, index], args)
         for (queue, delay), group in _group(items).items():
             rq.push(queue, group, delay)
         for _, queue, envelope in _callbacks(raw):
@@ -214,12 +216,13 @@ class PendingBatch:
         k, args, items = self._prepare(app)
         rq = app.queue_for(None)
         client = rq.aclient()
-        index = batches_key(rq.prefix)
-        if _is_cluster(client):
-            await client.zadd(index, {k.id: int(_clock.now() * 1000)}, nx=True)
-            raw = await BATCH_CREATE.acall(client, [k.info, k.members], args)
-        else:
-            raw = await BATCH_CREATE.acall(client, [k.info, k.members, index], args)
+        async with unavailable_aguard("batch dispatch"):
+            index = batches_key(rq.prefix)
+            if _is_cluster(client):
+                await client.zadd(index, {k.id: int(_clock.now() * 1000)}, nx=True)
+                raw = await BATCH_CREATE.acall(client, [k.info, k.members], args)
+            else:
+                raw = await BATCH_CREATE.acall(client, [k.info, k.members, index], args)
         for (queue, delay), group in _group(items).items():
             await rq.push_async(queue, group, delay)
         for _, queue, envelope in _callbacks(raw):

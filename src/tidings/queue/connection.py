@@ -44,6 +44,26 @@ def _options(socket_timeout_s: float | None, *, is_async: bool = False) -> dict[
     }
 
 
+class _AsyncCluster(AsyncRedisCluster):
+    """redis-py's asyncio RedisCluster, (re)loading its slot map before a command.
+
+    Commands started together on a client that has no slot map yet (its first use, or
+    after a connection error marked the map stale) cut each other's connections in
+    redis-py 8 ("Connection closed by server"): a user's jobs on a fresh worker failed
+    that way. Waiting for the map first, under the client's own lock, avoids it.
+    """
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        if self._initialize:
+            await self.initialize()
+        return await super().execute_command(*args, **kwargs)
+
+
+def is_cluster_url(url: str) -> bool:
+    """Whether ``url`` names a Redis Cluster (``redis+cluster://``, ``rediss+cluster://``)."""
+    return _cluster_url(url) is not None
+
+
 def _cluster_url(url: str) -> str | None:
     if url.startswith("redis+cluster://"):
         return "redis://" + url[len("redis+cluster://") :]
@@ -135,7 +155,7 @@ def async_client(
         return primary
     cluster = _cluster_url(url)
     if cluster is not None:
-        return AsyncRedisCluster.from_url(  # type: ignore[return-value]
+        return _AsyncCluster.from_url(  # type: ignore[return-value]
             cluster, **_options(socket_timeout_s, is_async=True)
         )
     return redis.asyncio.Redis.from_url(url, **_options(socket_timeout_s, is_async=True))

@@ -85,6 +85,10 @@ class FastLane:
         except NoScriptError:
             return self._roundtrip(pack(b"", 0, ["EVAL", script.source, len(keys), *keys, *args]))
 
+    def command(self, *args: Arg) -> Any:
+        """One plain command on this thread's connection (e.g. ``WAIT`` after a push)."""
+        return self._roundtrip(pack(b"", 0, list(args)))
+
     def close(self) -> None:
         """Close this thread's connection."""
         conn = getattr(self._local, "conn", None)

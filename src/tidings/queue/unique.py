@@ -44,7 +44,7 @@ from tidings.queue.job import Job, PendingDispatch, option
 from tidings.queue.keys import debounce_key, unique_key
 from tidings.queue.payload import seal
 from tidings.queue.producer import build_body, default_delay, new_id
-from tidings.queue.redis_queue import RedisQueue
+from tidings.queue.redis_queue import RedisQueue, unavailable_aguard, unavailable_guard
 from tidings.queue.scripts import Arg, LuaScript
 
 UNIQUE_PUSH = LuaScript("unique_push")
@@ -149,13 +149,17 @@ def push_guarded(app: Any, pending: PendingDispatch, guard: Guard) -> str | None
         QueueUnavailable: Redis could not be reached.
     """
     p = _prepare(app, pending, guard)
-    return _outcome(app, p, pending, p.script.call(p.rq.client, p.keys, p.args))
+    with unavailable_guard(f"push to {p.queue!r}"):
+        raw = p.script.call(p.rq.client, p.keys, p.args)
+    return _outcome(app, p, pending, raw)
 
 
 async def push_guarded_async(app: Any, pending: PendingDispatch, guard: Guard) -> str | None:
     """Async twin of :func:`push_guarded`."""
     p = _prepare(app, pending, guard)
-    return _outcome(app, p, pending, await p.script.acall(p.rq.aclient(), p.keys, p.args))
+    async with unavailable_aguard(f"push to {p.queue!r}"):
+        raw = await p.script.acall(p.rq.aclient(), p.keys, p.args)
+    return _outcome(app, p, pending, raw)
 
 
 class UniqueStart:

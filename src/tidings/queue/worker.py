@@ -42,7 +42,7 @@ from tidings.queue.broker import Broker
 from tidings.queue.connection import async_client
 from tidings.queue.events import WorkerStarting, WorkerStopping
 from tidings.queue.health import ServerWatch
-from tidings.queue.wakeup import Waiter
+from tidings.queue.wakeup import make_waiter
 from tidings.queue.worker_base import (
     EXIT_CONFIG,
     EXIT_MEMORY,
@@ -112,7 +112,7 @@ class Worker(Fetcher, Upkeep):
         self._install_signals(loop)
         self._client = async_client(self.rq.url)
         self._blocking = async_client(self.rq.url, socket_timeout_s=self.opts.sleep_s + 10.0)
-        self._wait = Waiter(self._blocking)
+        self._wait = make_waiter(self._blocking, self.keys, self.opts.sleep_s)
         self.broker = Broker(
             self._client,
             retry_after_s=self.host.retry_after_s,

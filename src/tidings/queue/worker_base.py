@@ -20,34 +20,21 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import redis.asyncio
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import ResponseError
 
 from tidings import _clock
 from tidings.queue.broker import Broker, Reserved
 from tidings.queue.health import ServerWatch
 from tidings.queue.job import Job
 from tidings.queue.payload import JobBody
+from tidings.queue.redis_errors import REDIS_ERRORS as REDIS_ERRORS
+from tidings.queue.redis_errors import is_transient as is_transient
 from tidings.queue.redis_queue import RedisQueue
 from tidings.queue.signing import Signer
-from tidings.queue.wakeup import Waiter
+from tidings.queue.wakeup import SlotWaits, Waiter
 from tidings.redaction import redact
 
 log = logging.getLogger("tidings.worker")
-
-REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
-# Replies that mean "not now" rather than "never": out of memory, a replica that was the
-# primary a moment ago, a failover or cluster resharding in progress, a busy script.
-_TRANSIENT_REPLIES = ("MASTERDOWN", "NOREPLICAS", "TRYAGAIN", "CLUSTERDOWN", "BUSY ")
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Whether a Redis error is worth retrying (connection trouble or a transient reply)."""
-    if isinstance(exc, (*REDIS_ERRORS, OutOfMemoryError, ReadOnlyError)):
-        return True
-    return isinstance(exc, ResponseError) and str(exc).startswith(_TRANSIENT_REPLIES)
-
 
 EXIT_MEMORY = 12
 EXIT_STUCK = 13
@@ -162,7 +149,7 @@ class WorkerBase:
         self._client: redis.asyncio.Redis | None = None
         self._blocking: redis.asyncio.Redis | None = None
         self._waiter: asyncio.Future[Any] | None = None
-        self._wait: Waiter | None = None
+        self._wait: Waiter | SlotWaits | None = None
         # Holds the task that ends a blocking wait on stop (asyncio keeps only weak refs).
         self._interrupting: asyncio.Task[None] | None = None
         self._wait_errors = 0

@@ -20,6 +20,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from tidings.queue import scripts
+from tidings.queue.wakeup import SlotWaits
 from tidings.queue.worker_base import REDIS_ERRORS, is_transient, short_error
 from tidings.queue.worker_jobs import JobRunner
 
@@ -151,7 +152,9 @@ class Fetcher(JobRunner):
         assert self._blocking is not None and self._wait is not None
         notify = [k.notify for k in self.keys]
         wait: Awaitable[Any]
-        if self._wait.pipelines:
+        if isinstance(self._wait, SlotWaits):
+            wait = self._wait.wait(timeout)  # several queues on Redis Cluster
+        elif self._wait.pipelines:
             keys, args = self.broker.pop_command(self.keys[0], n)
             wait = self._wait.wait(notify, timeout, scripts.POP, keys, args)
         else:
@@ -182,7 +185,7 @@ class Fetcher(JobRunner):
         finally:
             self._waiter = None
         self._wait_errors = 0
-        if not self._wait.pipelines or raw is None:
+        if isinstance(self._wait, SlotWaits) or not self._wait.pipelines or raw is None:
             return None
         res = self.broker.read_pop(self.keys[0], raw)
         if self._stopping:

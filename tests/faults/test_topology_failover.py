@@ -1,0 +1,226 @@
+"""Failover on Redis Cluster and Sentinel with a per-id ledger (issue 13).
+
+Each test starts its own group (6-node cluster, or master + replica + 3 sentinels), two
+``notify-worker --queue high,default --concurrency 4`` processes, and a producer thread
+dispatching ~200 jobs/s alternately to both queues. About 1 s into the drain the fault
+strikes: ``kill -9`` of the master serving ``high`` (Cluster) or of the master
+(Sentinel), or a ``CLUSTER FAILOVER`` / ``SENTINEL FAILOVER``. The accounting lives on a
+separate Redis that no fault touches (tests/faults/fault_app.py).
+
+The ledger holds every job whose ``dispatch()`` returned. Afterwards:
+
+* lost: ledger ids neither executed nor in the failed store (must be 0);
+* run twice: executions beyond the first (bounded by the jobs in flight);
+* ran, then failed: a run whose ack was lost in the switch, delivered again and failed
+  as MaxAttemptsExceeded (tries 1). Recorded, not asserted: counting such stalls apart
+  from attempts is issue 11a's work;
+* stranded: jobs left ready/delayed/reserved once the workers are idle (must be 0);
+* dispatch errors: ``QueueUnavailable`` during the switch (anything else fails the test);
+* worker pause: the longest stretch without an execution after the fault;
+* every worker still running.
+
+Asynchronous replication can lose a write the old master acknowledged but had not sent
+to its replica yet; on loopback at 200 jobs/s that window is well under a millisecond,
+and these tests ask for 0 lost. docs/guarantees.md says what is and is not promised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.faults.conftest import Rig, Sampler, figure
+from tests.faults.fault_app import Once
+from tests.support import wait_for
+from tests.support.topology import ClusterGroup, SentinelGroup
+from tidings.errors import QueueUnavailable
+
+pytestmark = pytest.mark.timeout(120)
+
+WORKERS = 2
+CONCURRENCY = 4
+QUEUES = ("high", "default")
+
+
+class Producer:
+    """Dispatches Once jobs alternately to both queues in a thread, keeping a ledger."""
+
+    def __init__(self, rig: Rig, rate_per_s: float = 200.0) -> None:
+        self.rig = rig
+        self.pause_s = 1.0 / rate_per_s
+        self.ledger: dict[str, str] = {}  # job id -> record name
+        self.unavailable = 0
+        self.other_errors: list[str] = []
+        self.error_times: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            name = f"f{i}"
+            try:
+                job_id = Once(name).on_queue(QUEUES[i % 2]).dispatch()
+            except QueueUnavailable:
+                self.unavailable += 1
+                self.error_times.append(time.monotonic())
+                self._stop.wait(0.05)
+                continue
+            except Exception as exc:  # must not happen: producers raise QueueUnavailable
+                self.other_errors.append(f"{type(exc).__name__}: {exc}")
+                self._stop.wait(0.05)
+                continue
+            assert job_id is not None
+            self.ledger[job_id] = name
+            i += 1
+            self._stop.wait(self.pause_s)
+
+    def __enter__(self) -> Producer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+
+def _sizes(rig: Rig) -> dict[str, int]:
+    total = {"ready": 0, "delayed": 0, "reserved": 0}
+    for sizes in rig.app.queue_for(None).sizes(list(QUEUES)).values():
+        for k in total:
+            total[k] += sizes[k]
+    return total
+
+
+def _longest_pause(samples: list[tuple[float, int]], t0: float, t1: float) -> float:
+    last_t, last_n, longest = t0, None, 0.0
+    for t, n in samples:
+        if t < t0 or t > t1:
+            continue
+        if last_n is None or n > last_n:
+            longest = max(longest, t - last_t)
+            last_t, last_n = t, n
+    return longest
+
+
+def _drill(
+    rig: Rig, fault: Callable[[], float], row: str, worker_queues: tuple[str, ...] = QUEUES
+) -> None:
+    """Workers on ``worker_queues``; others (there must be some on every queue) on the
+    rest, one per queue."""
+    workers = [
+        rig.worker("--queue", ",".join(worker_queues), "--concurrency", str(CONCURRENCY),
+                   name=f"w{i}")
+        for i in range(WORKERS)
+    ]  # fmt: skip
+    workers += [
+        rig.worker("--queue", q, "--concurrency", str(CONCURRENCY), name=f"w-{q}")
+        for q in QUEUES
+        if q not in worker_queues
+    ]
+    with Sampler(rig, 0.05) as sampler:
+        with Producer(rig) as producer:
+            wait_for(lambda: rig.executed() >= 200, 30, 0.05, message="200 executed")
+            t_fault = time.monotonic()
+            promotion_s = fault()
+            at_promotion = rig.executed()
+            wait_for(lambda: rig.executed() >= at_promotion + 100, 30, 0.05, message="progress")
+            time.sleep(1.0)
+        t_end = time.monotonic()
+        app_rq = rig.app.queue_for(None)
+
+        def settled() -> bool:
+            failed = {f.id for f in app_rq.failed(list(QUEUES))}
+            done = set(rig.hash("exec"))
+            return all(i in failed or n in done for i, n in producer.ledger.items())
+
+        with contextlib.suppress(TimeoutError):  # counted as lost below
+            wait_for(settled, 30, 0.2, message="every ledger id done or failed")
+        with contextlib.suppress(TimeoutError):  # counted as stranded below
+            wait_for(lambda: _sizes(rig) == {"ready": 0, "delayed": 0, "reserved": 0}, 20, 0.2)
+    counts = rig.hash("exec")
+    failed = {f.id: f for f in app_rq.failed(list(QUEUES))}
+    lost = [n for i, n in producer.ledger.items() if i not in failed and n not in counts]
+    twice = sum(c - 1 for c in counts.values() if c > 1)
+    ran_then_failed = [n for i, n in producer.ledger.items() if i in failed and n in counts]
+    failed_other = [
+        f.exception.strip().splitlines()[-1] for i, f in failed.items()
+        if producer.ledger.get(i) not in counts
+    ]  # fmt: skip
+    reasons: dict[str, int] = {}
+    for i, f in failed.items():
+        if producer.ledger.get(i) in counts:
+            last = (f.exception.strip().splitlines() or ["?"])[-1][:80]
+            reasons[last] = reasons.get(last, 0) + 1
+    stranded = sum(_sizes(rig).values())
+    pause = _longest_pause(sampler.samples, t_fault, t_end)
+    figure(
+        f"{row}: promotion {promotion_s:.2f}s; {len(producer.ledger)} dispatched, "
+        f"{producer.unavailable} QueueUnavailable, {len(producer.other_errors)} other errors; "
+        f"lost {len(lost)}, run twice {twice}, ran then failed (MaxAttemptsExceeded) "
+        f"{len(ran_then_failed)} {reasons or ''}, failed unrun {len(failed_other)}, "
+        f"stranded {stranded}; "
+        f"longest worker pause {pause:.2f}s"
+    )
+    alive = [w.alive() for w in workers]
+    assert producer.other_errors == []
+    assert lost == [], lost[:10]
+    assert failed_other == []
+    assert stranded == 0
+    assert twice <= len(workers) * CONCURRENCY
+    # ran_then_failed is recorded, not asserted: a run whose ack went to the old master
+    # is delivered again and, with tries 1, failed as MaxAttemptsExceeded. Counting such
+    # stalls apart from attempts is issue 11a's; tighten to == [] once it is merged.
+    assert all(alive), rig.logs()[-3000:]
+    assert "Traceback" not in rig.logs(), rig.logs()[-3000:]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[ClusterGroup]:
+    with ClusterGroup(tmp_path / "cluster", node_timeout_ms=1000) as group:
+        yield group
+
+
+@pytest.fixture
+def sentinel(tmp_path: Path) -> Iterator[SentinelGroup]:
+    with SentinelGroup(tmp_path / "sentinel", down_after_ms=1000) as group:
+        yield group
+
+
+def _high_key(rig: Rig) -> str:
+    return rig.app.queue_for(None).keys("high").ready
+
+
+@pytest.mark.parametrize("worker_queues", [QUEUES, ("high",)], ids=["two-queues", "one-queue"])
+def test_cluster_kill_9_of_a_master_mid_drain(
+    cluster: ClusterGroup, make_rig: Callable[..., Rig], worker_queues: tuple[str, ...]
+) -> None:
+    """one-queue: the waits carrying a pop, on a connection to the slot's primary, must
+    find the promoted replica."""
+    rig = make_rig(cluster.url)
+    row = f"cluster kill -9 master, workers on {','.join(worker_queues)}"
+    _drill(rig, lambda: cluster.kill_master_of(_high_key(rig))[2], row, worker_queues)
+
+
+def test_cluster_failover_mid_drain(cluster: ClusterGroup, make_rig: Callable[..., Rig]) -> None:
+    rig = make_rig(cluster.url)
+    _drill(rig, lambda: cluster.failover_master_of(_high_key(rig))[2], "cluster CLUSTER FAILOVER")
+
+
+def test_sentinel_kill_9_of_the_master_mid_drain(
+    sentinel: SentinelGroup, make_rig: Callable[..., Rig]
+) -> None:
+    rig = make_rig(sentinel.url)
+    _drill(rig, lambda: sentinel.kill_master()[1], "sentinel kill -9 master")
+
+
+def test_sentinel_failover_mid_drain(
+    sentinel: SentinelGroup, make_rig: Callable[..., Rig]
+) -> None:
+    rig = make_rig(sentinel.url)
+    _drill(rig, lambda: sentinel.failover()[1], "sentinel SENTINEL FAILOVER")
