@@ -36,7 +36,7 @@ def test_processes_1_survives_a_poison_job(
         wait_until(lambda: execs(redis_client, prefix).get("poison"), 20, "poison ran", sup)
         assert sup.alive(), f"the supervisor died with its job:\n{sup.tail()}"
         failed = wait_until(
-            lambda: app.queue_for(None).failed(["default"]), 40, "poison failed", sup
+            lambda: app.queue_for(None).failed(["default"]), 60, "poison failed", sup
         )
         assert [f.id for f in failed] == [poison]
         assert sup.alive()

@@ -8,6 +8,7 @@ its reply, and real ``notify-worker`` subprocesses.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -285,10 +286,17 @@ def test_batches_on_redis_cluster(
 ) -> None:
     """On a (one-node) Redis Cluster the index lives in another slot than the batch:
     the producer indexes first, then creates with the same idempotent script."""
+    with socket.socket() as probe:  # the bus port: the default (port + 10000) may not fit
+        probe.bind(("127.0.0.1", 0))
+        bus_port = probe.getsockname()[1]
     server = redis_server_factory(
         appendonly=False,
-        extra_args=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"],
-    )
+        extra_args=[
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", "nodes.conf",
+            "--cluster-port", str(bus_port),
+        ],
+    )  # fmt: skip
     admin = redis.Redis(host=server.host, port=server.port)
     try:
         admin.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
