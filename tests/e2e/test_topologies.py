@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.e2e.jobs_app import Ordered
-from tests.e2e.test_notify_worker import Env, exited, figure
+from tests.e2e.test_notify_worker import Env, e, exited, figure  # noqa: F401 (e: fixture)
 from tests.support import wait_for
 
 pytestmark = pytest.mark.topologies
