@@ -10,14 +10,24 @@ first idle wait. These tests run once per topology (marker ``topologies``).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from tests.e2e.jobs_app import Ordered
-from tests.e2e.test_notify_worker import Env, exited, figure
+from tests.e2e.test_notify_worker import Env, Spawn, exited, figure
 from tests.support import wait_for
 
 pytestmark = pytest.mark.topologies
+
+
+@pytest.fixture
+def e(redis_url: str, prefix: str, spawn_proc: Spawn) -> Iterator[Env]:
+    env = Env(redis_url, prefix, spawn_proc)
+    try:
+        yield env
+    finally:
+        env.close()
 
 
 def _order(e: Env) -> list[str]:
