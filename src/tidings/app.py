@@ -12,7 +12,7 @@ import sys
 import types
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidings import _current
 from tidings.config import Settings
@@ -31,6 +31,15 @@ from tidings.queue.signing import Signer, parse_keys
 from tidings.queue.unique import guard_for, push_guarded, push_guarded_async
 
 log = logging.getLogger("tidings.app")
+
+if TYPE_CHECKING:
+    from tidings.metrics import JobStatus
+
+
+def _version() -> str:
+    from tidings._version import __version__
+
+    return __version__
 
 
 def _caller_package() -> str | None:
@@ -74,6 +83,7 @@ class App:
         self.channel_limits: dict[str, Any] = {}  # channel -> RateLimited (rate_limit)
         self.schedules: list[Any] = []  # Schedule entries (schedule)
         self._notifications: Any = None
+        self._meter: Any = None  # tidings.metrics.Meter, in worker processes
         self.make_current()
 
     @classmethod
@@ -167,6 +177,9 @@ class App:
         is being run) already, and a broken log line must not fail a dispatch or leave
         a job reserved.
         """
+        meter = self._meter
+        if meter is not None:
+            meter.observe(event)
         if self.events.has_listeners(type(event)):
             try:
                 self.events.dispatch(event)
@@ -199,6 +212,11 @@ class App:
         opts = getattr(worker, "opts", None)
         draining = bool(opts and (opts.once or opts.stop_when_empty))
         tasks = [Scheduler(self).run()] if self.schedules and not draining else []
+        if self.settings.metrics:
+            from tidings.metrics import Meter
+
+            self._meter = Meter(self.settings.prefix, worker=worker, version=_version())
+            tasks.append(self._meter.run())
         return tasks + heartbeat_task(worker)
 
     # -- workflows and flow control -----------------------------------------------------
@@ -309,10 +327,27 @@ class App:
                 await rq.push_async(queue, items[start : start + batch_size], delay)
         return ids
 
-    def job_status(self, job_id: str, queue: str | None = None) -> str | None:
-        """pending / delayed / reserved / done / failed, or None once no record is left."""
+    def job_status(self, job_id: str, queue: str | None = None) -> JobStatus | None:
+        """pending / delayed / reserved / done / failed, or None once no record is left.
+
+        The answer is a ``str`` that also carries the measured ``wait_s`` (dispatch to
+        start) and ``runtime_s`` of the job's last run, while that record lasts (an
+        hour; None before the job ran, or with metrics off).
+        """
+        from tidings.metrics import JobStatus, job_timing
+
+        rq = self.queue_for(None)
         queues = [queue] if queue else sorted(self._queues_used)
-        return self.queue_for(None).status(job_id, queues)
+        state = rq.status(job_id, queues)
+        if state is None:
+            return None
+        timing = None
+        if state in ("done", "failed", "pending", "delayed", "reserved"):
+            try:
+                timing = job_timing(rq.client, rq.prefix, job_id)
+            except Exception:  # a status answer never fails for want of a measurement
+                log.debug("no timing for %s", job_id, exc_info=True)
+        return JobStatus.of(state, timing)
 
     # -- events ------------------------------------------------------------------------
 
@@ -399,6 +434,9 @@ class App:
     async def worker_stopped(self, worker: Any) -> None:
         """Called by a worker as it exits, on its loop: close that loop's channels
         (QUIT the SMTP connection, close HTTP clients)."""
+        meter, client = self._meter, getattr(worker, "_client", None)
+        if meter is not None and client is not None:
+            await meter.close(client)
         channels = getattr(self._notifications, "channels", None)
         if channels is not None:
             await channels.close_loop()

@@ -35,6 +35,7 @@ class Settings:
     max_payload_bytes: int = 1024 * 1024
     connections: dict[str, str] = field(default_factory=dict)
     embedded: bool = False
+    metrics: bool = True
 
     @classmethod
     def resolve(
@@ -89,6 +90,9 @@ class Settings:
         value = get("webhook_allow_private")
         if value is not None:
             settings.webhook_allow_private = value is True or str(value).lower() in _TRUE
+        value = get("metrics")
+        if value is not None:
+            settings.metrics = value is True or str(value).lower() in _TRUE
         conns = options.get("connections")
         if isinstance(conns, Mapping):
             settings.connections = {str(k): str(v) for k, v in conns.items()}
