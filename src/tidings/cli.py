@@ -19,6 +19,8 @@ from typing import Any
 import click
 import orjson
 
+from tidings import cli_observe
+from tidings._version import __version__
 from tidings.app import App
 from tidings.cli_batches import make_group as make_batches_group
 from tidings.queue.events import JobFailed, JobProcessed, JobProcessing, JobReleased
@@ -57,6 +59,7 @@ def install_output(app: App, *, json_logs: bool) -> None:
     """Print one line per job state change, as listeners of the lifecycle events."""
     out = sys.stdout
     flush_pending = False
+    tag = cli_observe.child_tag()
 
     def flush() -> None:
         nonlocal flush_pending
@@ -81,7 +84,7 @@ def install_output(app: App, *, json_logs: bool) -> None:
     def line(status: str, e: Any, extra: str = "", **fields: Any) -> None:
         if json_logs:
             record = {
-                "time": _stamp(),
+                "time": cli_observe.utc_stamp(),
                 "id": e.job_id,
                 "status": status,
                 "name": e.name,
@@ -90,7 +93,7 @@ def install_output(app: App, *, json_logs: bool) -> None:
             record.update(fields)
             out.write(orjson.dumps(record).decode() + "\n")
         else:
-            out.write(f"{_stamp()} {e.job_id} {status:<10} {e.name}{extra}\n")
+            out.write(f"{tag}{_stamp()} {e.job_id} {status:<10} {e.name}{extra}\n")
         flush_soon()
 
     def processing(e: JobProcessing) -> None:
@@ -122,6 +125,7 @@ def install_output(app: App, *, json_logs: bool) -> None:
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="notify-worker")
 @click.option("-A", "--app", "app_spec", help="The App as module:attribute (else TIDINGS_APP).")
 @click.option(
     "--queue", "queues", default="default", show_default=True, help="Queues in priority order."
@@ -144,16 +148,20 @@ def install_output(app: App, *, json_logs: bool) -> None:
 @click.option(
     "--grace", default=30.0, show_default=True, help="On SIGTERM, wait this long for jobs."
 )
-@click.option("--json-logs", is_flag=True, help="One JSON object per line.")
+@click.option("--json-logs", is_flag=True, help="One JSON object per line (UTC ISO-8601 times).")
+@click.option(
+    "--metrics-port", default=0, help="Serve Prometheus metrics of this worker on this port."
+)
+@click.option(
+    "--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port."
+)
 @click.pass_context
 def main(ctx: click.Context, /, app_spec: str | None, **opts: Any) -> None:
     """Run a tidings worker, or operate the queues (see the subcommands)."""
     ctx.obj = {"app_spec": app_spec}
     if ctx.invoked_subcommand is not None:
         return
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    cli_observe.setup_logging(json_logs=opts["json_logs"])
     if opts["processes"] > 1:
         from tidings.supervisor import supervise
 
@@ -161,8 +169,14 @@ def main(ctx: click.Context, /, app_spec: str | None, **opts: Any) -> None:
         sys.exit(supervise(opts["processes"], sys.argv, grace_s=grace, timeout_s=timeout))
     app = load_app(app_spec)
     install_output(app, json_logs=opts["json_logs"])
+    queues = [q.strip() for q in opts["queues"].split(",") if q.strip()]
+    cli_observe.print_banner(app, opts, queues, json_logs=opts["json_logs"])
+    if opts["metrics_port"]:
+        from tidings.prometheus import serve_worker_metrics
+
+        serve_worker_metrics(app, queues, opts["metrics_port"], opts["metrics_host"])
     options = WorkerOptions(
-        queues=[q.strip() for q in opts["queues"].split(",") if q.strip()],
+        queues=queues,
         connection=opts["connection"],
         concurrency=opts["concurrency"],
         once=opts["once"],
@@ -205,11 +219,19 @@ def restart(ctx: click.Context) -> None:
 @main.command()
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--queue", "queues", default=None, help="Comma-separated queues (default: all).")
+@click.option("--watch", is_flag=True, help="Keep the table on screen, refreshed.")
+@click.option("--interval", default=2.0, show_default=True, help="Seconds between refreshes.")
 @click.pass_context
-def monitor(ctx: click.Context, as_json: bool, queues: str | None) -> None:
+def monitor(
+    ctx: click.Context, as_json: bool, queues: str | None, watch: bool, interval: float
+) -> None:
     """Show ready / delayed / reserved / failed counts per queue."""
     names = [q.strip() for q in queues.split(",")] if queues else None
-    sizes = _app(ctx).queue_for(None).sizes(names)
+    rq = _app(ctx).queue_for(None)
+    if watch:
+        cli_observe.monitor_watch(lambda: rq.sizes(names), max(0.2, interval))
+        return
+    sizes = rq.sizes(names)
     if as_json:
         click.echo(orjson.dumps(sizes).decode())
         return
@@ -226,7 +248,7 @@ def monitor(ctx: click.Context, as_json: bool, queues: str | None) -> None:
 def clear(ctx: click.Context, queue: str) -> None:
     """Delete every waiting job of a queue."""
     n = _app(ctx).queue_for(None).clear(queue)
-    click.echo(f"Cleared {n} jobs from {queue}.")
+    click.echo(f"Cleared {cli_observe.plural(n, 'job')} from {queue}.")
 
 
 @main.group()
@@ -245,6 +267,8 @@ def failed_list(ctx: click.Context, as_json: bool) -> None:
         return
     if not records:
         click.echo("No failed jobs.")
+        return
+    click.echo(f"{'id':<32}  {'failed at':<19}  {'queue':<10} {'job':<30} error")
     for r in records:
         when = dt.datetime.fromtimestamp(r.failed_at).strftime("%Y-%m-%d %H:%M:%S")
         first = r.exception.strip().splitlines()[-1] if r.exception.strip() else ""
@@ -274,7 +298,7 @@ def failed_retry(ctx: click.Context, ids: tuple[str, ...], all_: bool) -> None:
     if not ids and not all_:
         raise click.UsageError("give job ids or --all")
     n = _app(ctx).queue_for(None).retry(None if all_ else list(ids))
-    click.echo(f"Pushed {n} failed jobs back onto their queues.")
+    click.echo(f"Pushed {cli_observe.plural(n, 'failed job')} back onto their queues.")
 
 
 @failed.command("forget")
@@ -283,7 +307,7 @@ def failed_retry(ctx: click.Context, ids: tuple[str, ...], all_: bool) -> None:
 def failed_forget(ctx: click.Context, ids: tuple[str, ...]) -> None:
     """Delete failed jobs."""
     n = _app(ctx).queue_for(None).forget(list(ids))
-    click.echo(f"Deleted {n} failed jobs.")
+    click.echo(f"Deleted {cli_observe.plural(n, 'failed job')}.")
     if n == 0:
         sys.exit(1)
 
@@ -293,7 +317,7 @@ def failed_forget(ctx: click.Context, ids: tuple[str, ...]) -> None:
 def failed_flush(ctx: click.Context) -> None:
     """Delete every failed job."""
     n = _app(ctx).queue_for(None).flush()
-    click.echo(f"Deleted {n} failed jobs.")
+    click.echo(f"Deleted {cli_observe.plural(n, 'failed job')}.")
 
 
 @failed.command("prune")
@@ -302,10 +326,14 @@ def failed_flush(ctx: click.Context) -> None:
 def failed_prune(ctx: click.Context, hours: float) -> None:
     """Delete failed jobs older than N hours."""
     n = _app(ctx).queue_for(None).prune(hours * 3600)
-    click.echo(f"Deleted {n} failed jobs older than {hours:g} hours.")
+    click.echo(
+        f"Deleted {cli_observe.plural(n, 'failed job')} older than {hours:g} "
+        f"{'hour' if hours == 1 else 'hours'}."
+    )
 
 
 main.add_command(make_batches_group(_app), "batches")
+cli_observe.register(main, _app)
 
 
 if __name__ == "__main__":  # pragma: no cover

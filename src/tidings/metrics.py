@@ -16,7 +16,7 @@ is bounded by design, whatever the throughput::
 
 ``<minute>`` is the epoch minute. Minute hashes expire after :data:`RETAIN_S` (two
 hours: the dashboard shows the last one), so their number is bounded by
-queues × classes × 120 whatever the job count; the total hashes grow with the classes
+queues x classes x 120 whatever the job count; the total hashes grow with the classes
 only (at most :data:`MAX_CLASSES` a queue from one worker; more fold into ``(other)``).
 Per-job timings (for :meth:`App.job_status`) keep at most :data:`JOB_TIMING_CAP` jobs a
 minute for :data:`JOB_TIMING_TTL_S`. Fields of a count hash::
