@@ -34,10 +34,10 @@ def line_chart(
     *,
     unit: str = "",
     width: int = 560,
-    height: int = 180,
+    height: int = 190,
 ) -> Markup:
     """A line chart over the given minutes (one point a minute; None is a gap)."""
-    left, right, top, bottom = 44, 8, 22, 22
+    left, right, top, bottom = 52, 10, 38, 22
     w, h = width - left - right, height - top - bottom
     values = [v for _, vs in lines for v in vs if v is not None]
     top_v = _nice(max(values) if values else 0.0)
@@ -53,7 +53,7 @@ def line_chart(
         f'<svg class="chart" role="img" viewBox="0 0 {width} {height}" '
         f'width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">',
         f"<title>{escape(title)}</title>",
-        f'<text x="{left}" y="14" class="chart-title">{escape(title)}</text>',
+        f'<text x="8" y="13" class="chart-title">{escape(title)}</text>',
     ]
     for frac in (0.0, 0.5, 1.0):
         gy = top + h - h * frac
@@ -90,9 +90,9 @@ def line_chart(
                 parts.append(
                     f'<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{points}"/>'
                 )
-        lx = left + 170 + k * 110
-        parts.append(f'<rect x="{lx}" y="6" width="10" height="10" fill="{color}"/>')
-        parts.append(f'<text x="{lx + 14}" y="15" class="legend">{escape(name)}</text>')
+        lx = left + k * 100
+        parts.append(f'<rect x="{lx}" y="20" width="10" height="10" fill="{color}"/>')
+        parts.append(f'<text x="{lx + 14}" y="29" class="legend">{escape(name)}</text>')
     if not values:
         parts.append(
             f'<text x="{left + w / 2}" y="{top + h / 2}" class="axis" text-anchor="middle">'
