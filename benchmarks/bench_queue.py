@@ -290,7 +290,11 @@ def redis_cpu_s(ctx: Ctx) -> float:
 
 
 def drain_once(
-    ctx: Ctx, argv: Sequence[str], procs: int, sync: bool = False
+    ctx: Ctx,
+    argv: Sequence[str],
+    procs: int,
+    sync: bool = False,
+    env: dict[str, str] | None = None,
 ) -> tuple[float, float, float]:
     """Fill the queue with N no-op jobs, run ``procs`` workers until empty.
 
@@ -307,7 +311,7 @@ def drain_once(
     cls = b.NoOpSyncJob if sync else b.NoOpJob
     b.app.dispatch_many([cls(i) for i in range(ctx.n)])
     calls, cpu = round_trips(ctx), redis_cpu_s(ctx)
-    workers = [spawn(argv, worker_env(ctx)) for _ in range(procs)]
+    workers = [spawn(argv, worker_env(ctx, **(env or {}))) for _ in range(procs)]
     deadline = time.monotonic() + WORKER_TIMEOUT_S
     for w in workers:
         try:
@@ -350,6 +354,7 @@ class DrainCase:
     argv: list[str]
     procs: int = 1
     sync: bool = False
+    env: dict[str, str] = field(default_factory=dict)
     versus: str = ""
     goal: str = ""
     results: list[tuple[float, float, float]] = field(default_factory=list)
@@ -371,6 +376,12 @@ def drain_rows(ctx: Ctx) -> list[Row]:
             "drain, 1 process, defaults (--concurrency 16)",
             stop_empty,
             goal=">= 2x huey 3.3k (6.6k)",
+        ),
+        DrainCase(
+            "drain, 1 process, defaults, metrics off",
+            stop_empty,
+            env={"TIDINGS_METRICS": "0"},
+            versus="vs defaults (metrics on)",
         ),
         DrainCase(
             "drain, 1 process, --concurrency 64",
@@ -398,7 +409,7 @@ def drain_rows(ctx: Ctx) -> list[Row]:
     ]
     for _ in range(1 if ctx.quick else ctx.runs):
         for case in cases:
-            case.results.append(drain_once(ctx, case.argv, case.procs, case.sync))
+            case.results.append(drain_once(ctx, case.argv, case.procs, case.sync, case.env))
     ctx.clean()
     default = cases[0].median()[0]
     rows = []

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidings import _current
+from tidings import _current, tracing
 from tidings.config import Settings
 from tidings.errors import PayloadRejected
 from tidings.events.call_queued import CallQueuedListener
@@ -190,6 +190,10 @@ class App:
         """Run ``call`` through the job's middleware (outermost first)."""
         run = current_run()
         layers = [*workflow.builtin_layers(self, run), *self.job_middleware, *job.middleware()]
+        if tracing.ENABLED and run is not None:
+            if not layers:
+                return await tracing.run_job(run, call)
+            return await tracing.run_job(run, lambda: run_through(layers, job, call))
         if not layers:
             return await call()
         return await run_through(layers, job, call)
@@ -393,6 +397,9 @@ class App:
             return (
                 event if isinstance(event, PendingDispatch) else PendingDispatch(event)
             ).dispatch()
+        if tracing.ENABLED:
+            with tracing.span(f"event {tracing.event_name(event)}"):
+                return self.events.dispatch(event, *args)
         return self.events.dispatch(event, *args)
 
     async def dispatch_async(self, event: Any, *args: Any) -> Any:
@@ -400,6 +407,9 @@ class App:
         if isinstance(event, (Job, PendingDispatch)):
             pending = event if isinstance(event, PendingDispatch) else PendingDispatch(event)
             return await pending.dispatch_async()
+        if tracing.ENABLED:
+            with tracing.span(f"event {tracing.event_name(event)}"):
+                return await self.events.dispatch_async(event, *args)
         return await self.events.dispatch_async(event, *args)
 
     def until(self, event: Any, *args: Any) -> Any:

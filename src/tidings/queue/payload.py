@@ -28,6 +28,7 @@ Optional fields (absent on plain jobs; see :mod:`tidings.queue.batch` and
 ``batch``          the id of the batch the job belongs to
 ``batchCallback``  the id of the batch whose then/catch/finally callback this job is
 ``unique``         the unique lock name, when the lock is freed as the job starts
+``trace``          W3C trace context headers of the dispatcher (see :mod:`tidings.tracing`)
 
 ``attempts`` is not in the body: the scripts count it beside it, so Lua never rewrites a
 signed body.
@@ -66,6 +67,7 @@ class JobBody(TypedDict):
     batch: NotRequired[str]
     batchCallback: NotRequired[str]
     unique: NotRequired[str]
+    trace: NotRequired[dict[str, str]]
 
 
 _REQUIRED: dict[str, tuple[type, ...]] = {

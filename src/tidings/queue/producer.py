@@ -7,7 +7,7 @@ import os
 import random
 from typing import Any
 
-from tidings import _clock
+from tidings import _clock, tracing
 from tidings.queue import serializer
 from tidings.queue.backoff import encode_backoff
 from tidings.queue.job import Job, PendingDispatch, delay_seconds, option
@@ -52,7 +52,7 @@ def build_body(job: Job, job_id: str, chain: list[Any] | None = None) -> JobBody
         SerializationError: the job holds a value with no queued form.
     """
     src = job.option_source()
-    return {
+    body: JobBody = {
         "uuid": job_id,
         "displayName": job.display_name(),
         "job": serializer.class_path(type(job)),
@@ -66,6 +66,11 @@ def build_body(job: Job, job_id: str, chain: list[Any] | None = None) -> JobBody
         "chain": chain or [],
         "chainCatch": None,
     }
+    if tracing.ENABLED:  # W3C trace context of the dispatcher (tidings.tracing)
+        trace = tracing.carrier()
+        if trace:
+            body["trace"] = trace
+    return body
 
 
 def prepare(
