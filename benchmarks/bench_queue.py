@@ -610,12 +610,53 @@ def memory_rows(ctx: Ctx) -> list[Row]:
     ]
 
 
+def observe_rows(ctx: Ctx) -> list[Row]:
+    """Cost of the per-job metrics (and of tracing, with opentelemetry-api installed) on
+    the default drain: the cases take turns every round; the ratio is the median of the
+    per-round ratios, so a burst of load elsewhere hits both sides of a pair alike."""
+    argv = notify_worker_argv("--stop-when-empty")
+    cases = [
+        DrainCase("drain, metrics on (default), tracing off", argv,
+                  env={"TIDINGS_TRACING": "0"}),
+        DrainCase("drain, metrics off, tracing off", argv,
+                  env={"TIDINGS_TRACING": "0", "TIDINGS_METRICS": "0"}),
+    ]  # fmt: skip
+    try:
+        import opentelemetry.trace  # noqa: F401
+
+        cases.append(DrainCase("drain, metrics on, opentelemetry-api installed (no SDK)", argv))
+    except ImportError:
+        pass
+    rounds = 1 if ctx.quick else max(ctx.runs, 7)
+    for _ in range(rounds):
+        for case in cases:
+            case.results.append(drain_once(ctx, case.argv, case.procs, case.sync, case.env))
+    ctx.clean()
+    off = cases[1]
+    rows = []
+    for case in cases:
+        pairs = sorted(a[0] / b[0] for a, b in zip(case.results, off.results, strict=True))
+        jobs_s = case.median()[0]
+        rows.append(
+            Row(
+                case.figure,
+                fmt_rate(jobs_s),
+                f"vs metrics off, median of {rounds} paired rounds "
+                f"(range {pairs[0]:.3f}-{pairs[-1]:.3f})",
+                f"{pairs[len(pairs) // 2]:.3f}x",
+                ">= 0.95x (issue 14)" if case is cases[0] else "",
+            )
+        )
+    return rows
+
+
 ALL: dict[str, Callable[[Ctx], list[Row]]] = {
     "enqueue": enqueue_one,
     "bulk": enqueue_bulk,
     "drain": drain_rows,
     "latency": latency_rows,
     "memory": memory_rows,
+    "observe": observe_rows,
 }
 
 

@@ -60,6 +60,7 @@ def install_output(app: App, *, json_logs: bool) -> None:
     out = sys.stdout
     flush_pending = False
     tag = cli_observe.child_tag()
+    child = cli_observe.child_fields()
 
     def flush() -> None:
         nonlocal flush_pending
@@ -91,6 +92,8 @@ def install_output(app: App, *, json_logs: bool) -> None:
                 "queue": e.queue,
             }
             record.update(fields)
+            if child:
+                record.update(child)
             out.write(orjson.dumps(record).decode() + "\n")
         else:
             out.write(f"{tag}{_stamp()} {e.job_id} {status:<10} {e.name}{extra}\n")

@@ -59,6 +59,14 @@ def _iso_ms(t: float) -> str:
     return stamp.replace("+00:00", "Z")
 
 
+def child_fields() -> dict[str, int | str]:
+    """``{"child": 2, "pid": 4711}`` in a supervised child (for JSON lines), else empty."""
+    slot = os.environ.get("TIDINGS_CHILD")
+    if not slot:
+        return {}
+    return {"child": int(slot) if slot.isdigit() else slot, "pid": os.getpid()}
+
+
 class JsonFormatter(logging.Formatter):
     """Log records as one JSON object a line, with a UTC ISO-8601 time."""
 
@@ -69,10 +77,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        slot = os.environ.get("TIDINGS_CHILD")
-        if slot:
-            out["child"] = int(slot) if slot.isdigit() else slot
-            out["pid"] = os.getpid()
+        out.update(child_fields())
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(out).decode()
@@ -128,6 +133,7 @@ def print_banner(app: Any, opts: dict[str, Any], queues: list[str], *, json_logs
             "allowed_modules": list(s.allowed_modules),
             "mail": mask_url(s.mail_url),
             "sms": mask_url(s.sms_url),
+            **child_fields(),
         }
         sys.stdout.write(orjson.dumps(record).decode() + "\n")
     else:
