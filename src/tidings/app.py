@@ -445,8 +445,10 @@ class App:
         """Called by a worker as it exits, on its loop: close that loop's channels
         (QUIT the SMTP connection, close HTTP clients)."""
         meter, client = self._meter, getattr(worker, "_client", None)
-        if meter is not None and client is not None:
-            await meter.close(client)
+        if meter is not None and getattr(meter, "worker", None) is worker:
+            self._meter = None
+            if client is not None:
+                await meter.close(client)
         channels = getattr(self._notifications, "channels", None)
         if channels is not None:
             await channels.close_loop()

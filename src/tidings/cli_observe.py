@@ -145,6 +145,13 @@ def print_banner(app: Any, opts: dict[str, Any], queues: list[str], *, json_logs
 # -- subcommands ---------------------------------------------------------------------------
 
 
+def _num(value: Any) -> int:
+    try:
+        return round(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
 def _age(ts: Any) -> str:
     try:
         s = max(0.0, time.time() - float(ts))
@@ -176,11 +183,13 @@ def register(main: click.Group, load: Callable[[click.Context], Any]) -> None:
             f"{'processed':>9} {'rss':>8} {'beat':>5}"
         )
         for b in beats:
-            queues = ",".join(str(q) for q in b.get("queues") or [])
+            raw_queues = b.get("queues")
+            queues = ",".join(str(q) for q in raw_queues) if isinstance(raw_queues, list) else ""
+            nums = [_num(b.get(k)) for k in ("pid", "concurrency", "running", "processed")]
             click.echo(clean(
-                f"{str(b.get('host'))[:24]:<24} {b.get('pid', 0):>7} {queues[:24]:<24} "
-                f"{b.get('concurrency', 0):>5} {b.get('running', 0):>7} {b.get('processed', 0):>9} "
-                f"{b.get('rss_mb', 0):>6.0f}MB {_age(b.get('beat_at')):>5}"))  # fmt: skip
+                f"{str(b.get('host'))[:24]:<24} {nums[0]:>7} {queues[:24]:<24} "
+                f"{nums[1]:>5} {nums[2]:>7} {nums[3]:>9} "
+                f"{_num(b.get('rss_mb')):>6}MB {_age(b.get('beat_at')):>5}"))  # fmt: skip
         click.echo(plural(len(beats), "live worker"))
 
     @main.command()

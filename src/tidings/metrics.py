@@ -453,8 +453,42 @@ def measured_queues(client: Any, prefix: str) -> list[str]:
 def job_classes(client: Any, prefix: str, queue: str) -> list[str]:
     """Job classes measured on ``queue`` in the last two hours, most recent first."""
     raw = client.hgetall(classes_key(prefix, queue))
-    pairs = sorted(((int(v), _text(k)) for k, v in raw.items()), reverse=True)
+    pairs = sorted(((_int(v), _text(k)) for k, v in raw.items()), reverse=True)
     return [name for _, name in pairs]
+
+
+def _float(value: Any) -> float:
+    try:
+        f = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    return f if f == f and abs(f) != float("inf") else 0.0
+
+
+def _clean_beat(beat: dict[str, Any]) -> dict[str, Any]:
+    """A heartbeat with the types the readers expect, whatever was stored."""
+    queues = beat.get("queues")
+    return {
+        "id": str(beat.get("id", "")),
+        "host": str(beat.get("host", "")),
+        "pid": _int(beat.get("pid")),
+        "queues": [str(q) for q in queues] if isinstance(queues, list) else [],
+        "concurrency": _int(beat.get("concurrency")),
+        "running": _int(beat.get("running")),
+        "processed": _int(beat.get("processed")),
+        "started_at": _float(beat.get("started_at")),
+        "beat_at": _float(beat.get("beat_at")),
+        "rss_mb": round(_float(beat.get("rss_mb")), 1),
+        "version": str(beat.get("version", "")),
+        "child": str(beat.get("child", "")),
+    }
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
 
 
 def series(
@@ -478,7 +512,15 @@ def series(
             else class_minute_key(prefix, queue, m, cls)
         )
         pipe.hgetall(key)
-    return [(m, Counts.from_fields(raw)) for m, raw in zip(wanted, pipe.execute(), strict=True)]
+    replies = _replies(pipe)
+    return [(m, Counts.from_fields(raw)) for m, raw in zip(wanted, replies, strict=True)]
+
+
+def _replies(pipe: Any) -> list[Any]:
+    """A pipeline's replies, with an error reply (a key of the wrong type) as empty."""
+    return [
+        {} if isinstance(r, Exception) else r for r in pipe.execute(raise_on_error=False)
+    ]
 
 
 def summed(points: Iterable[tuple[int, Counts]]) -> Counts:
@@ -494,7 +536,7 @@ def totals(client: Any, prefix: str, queues: Sequence[str]) -> dict[tuple[str, s
     pipe = client.pipeline(transaction=False)
     for q in queues:
         pipe.hgetall(totals_key(prefix, q))
-    for q, raw in zip(queues, pipe.execute(), strict=True):
+    for q, raw in zip(queues, _replies(pipe), strict=True):
         grouped: dict[str, dict[str, Any]] = {}
         for k, v in raw.items():
             name, _, f = _text(k).rpartition("|")
@@ -511,8 +553,8 @@ def job_timing(client: Any, prefix: str, job_id: str, now: float | None = None) 
     pipe = client.pipeline(transaction=False)
     for m in minutes:
         pipe.hget(timing_key(prefix, m), job_id)
-    for raw in pipe.execute():
-        if raw:
+    for raw in _replies(pipe):
+        if raw and isinstance(raw, bytes | str):
             parts = _text(raw).split(" ")
             if len(parts) != 4:
                 continue
@@ -541,6 +583,6 @@ def live_workers(client: Any, prefix: str) -> list[dict[str, Any]]:
         except orjson.JSONDecodeError:
             continue
         if isinstance(beat, dict):
-            out.append(beat)
-    out.sort(key=lambda b: (str(b.get("host", "")), int(b.get("pid") or 0)))
+            out.append(_clean_beat(beat))
+    out.sort(key=lambda b: (str(b.get("host", "")), _int(b.get("pid"))))
     return out

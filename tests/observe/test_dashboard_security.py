@@ -221,3 +221,42 @@ def test_hostile_values_are_escaped_in_html(app: App) -> None:
             assert detail.headers["content-security-policy"].startswith("default-src 'self'")
 
     run(main())
+
+
+def test_garbage_in_metrics_keys_breaks_nothing(app: App, redis_url: str, prefix: str) -> None:
+    """Hand-written junk in every structure the dashboard and the CLI read."""
+    import time as _time
+
+    from tidings.metrics import minute_of
+
+    rq = app.queue_for(None)
+    r = rq.client
+    m = minute_of(_time.time())
+    r.hset(f"{prefix}:stats:{{default}}:classes", mapping={"Junk": "not-a-minute", "\x1b[2J": m})
+    r.hset(f"{prefix}:stats:{{default}}:{m}", mapping={"p": "many", "rh99": 5, "zz": 1, "ru": -3})
+    r.set(f"{prefix}:stats:{{default}}:{m - 1}", "a string, not a hash")
+    r.hset(f"{prefix}:stats:{{default}}:total", mapping={"nopipe": 1, "X|p": "x"})
+    r.hset(f"{prefix}:stats:jobs:{m}", mapping={"j1": "garbage", "j2": "q x y z"})
+    r.zadd(f"{prefix}:workers", {"w1": _time.time() * 1000, "w2": 1, "w3": _time.time() * 1000})
+    r.set(f"{prefix}:worker:w1", b'{"pid": "abc", "host": "<b>h</b>", "rss_mb": "lots", "queues": 5}')
+    r.set(f"{prefix}:worker:w3", b"\xff\xfe not json")
+    web = create_app(app, auth=Auth())
+
+    async def main() -> None:
+        async with client(web) as c:
+            for path in ("/", "/queues/default", "/workers", "/jobs?id=j1", "/jobs?id=j2",
+                         "/metrics", "/failed"):  # fmt: skip
+                resp = await c.get(path)
+                assert resp.status_code in (200, 404), (path, resp.text[:500])
+            workers = await c.get("/workers")
+            assert "&lt;b&gt;h&lt;/b&gt;" in workers.text
+
+    run(main())
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("TIDINGS_")}
+    env.update(PYTHONPATH=str(ROOT), TIDINGS_REDIS_URL=redis_url, TIDINGS_KEY=KEY,
+               TIDINGS_PREFIX=prefix)  # fmt: skip
+    done = subprocess.run([NOTIFY_WORKER, "workers"], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "<b>h</b>" in done.stdout and "1 live worker" in done.stdout
+    assert app.job_status("j1") is None  # no queue record: None, not a crash

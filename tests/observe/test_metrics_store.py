@@ -128,6 +128,7 @@ def test_metrics_off_writes_nothing(redis_url: str, prefix: str, redis_client: r
 def test_heartbeat_shows_a_live_worker_and_expires(app: App, redis_client: redis.Redis) -> None:
     prefix = app.settings.prefix
     seen: list[list[dict[str, object]]] = []
+    ttls: list[int] = []
 
     async def main() -> None:
         w = Worker(app, WorkerOptions(queues=["high", "default"], concurrency=7, sleep_s=0.2))
@@ -137,6 +138,7 @@ def test_heartbeat_shows_a_live_worker_and_expires(app: App, redis_client: redis
             beats = live_workers(redis_client, prefix)
             if beats:
                 seen.append(beats)
+                ttls.append(redis_client.ttl(f"{prefix}:worker:{beats[0]['id']}"))
                 break
         w.stop()
         await task
@@ -144,6 +146,7 @@ def test_heartbeat_shows_a_live_worker_and_expires(app: App, redis_client: redis
     asyncio.run(main())
     assert seen, "no heartbeat within 5 s"
     beat = seen[0][0]
+    assert 0 < ttls[0] <= 15  # a worker that stops beating is gone within 15 s
     assert beat["pid"] == os.getpid()
     assert beat["queues"] == ["high", "default"]
     assert beat["concurrency"] == 7
