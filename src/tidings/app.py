@@ -190,7 +190,7 @@ class App:
         """Run ``call`` through the job's middleware (outermost first)."""
         run = current_run()
         layers = [*workflow.builtin_layers(self, run), *self.job_middleware, *job.middleware()]
-        if tracing.ENABLED and run is not None:
+        if tracing.ENABLED and run is not None and tracing.recording():
             if not layers:
                 return await tracing.run_job(run, call)
             return await tracing.run_job(run, lambda: run_through(layers, job, call))
@@ -397,7 +397,7 @@ class App:
             return (
                 event if isinstance(event, PendingDispatch) else PendingDispatch(event)
             ).dispatch()
-        if tracing.ENABLED:
+        if tracing.ENABLED and tracing.recording():
             with tracing.span(f"event {tracing.event_name(event)}"):
                 return self.events.dispatch(event, *args)
         return self.events.dispatch(event, *args)
@@ -407,7 +407,7 @@ class App:
         if isinstance(event, (Job, PendingDispatch)):
             pending = event if isinstance(event, PendingDispatch) else PendingDispatch(event)
             return await pending.dispatch_async()
-        if tracing.ENABLED:
+        if tracing.ENABLED and tracing.recording():
             with tracing.span(f"event {tracing.event_name(event)}"):
                 return await self.events.dispatch_async(event, *args)
         return await self.events.dispatch_async(event, *args)

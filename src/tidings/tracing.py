@@ -55,6 +55,21 @@ def tracer() -> Any:
     return _tracer
 
 
+def recording() -> bool:
+    """Whether the application has set a tracer provider (without one, every span would
+    be a no-op: the job path then skips them)."""
+    global _trace
+    if _trace is None:
+        from opentelemetry import trace
+
+        _trace = trace
+    provider = _trace.get_tracer_provider()
+    return not isinstance(provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider)
+
+
+_trace: Any = None
+
+
 def carrier() -> dict[str, str] | None:
     """The current trace context as W3C headers, for a job's body (None: no trace)."""
     if not ENABLED:
@@ -71,7 +86,7 @@ def span(
     name: str, attributes: Mapping[str, Any] | None = None, kind: str = "INTERNAL"
 ) -> Iterator[Any]:
     """A span around a block (nothing without OpenTelemetry)."""
-    if not ENABLED:
+    if not ENABLED or not recording():
         yield None
         return
     from opentelemetry.trace import SpanKind
