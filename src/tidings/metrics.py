@@ -117,8 +117,7 @@ def stats_queues_pattern(prefix: str) -> str:
 # -- in-memory sums -----------------------------------------------------------------------
 
 
-def _bucket(ms: float) -> int:
-    return bisect.bisect_left(HIST_MS, ms)
+_bisect = bisect.bisect_left
 
 
 @dataclass(slots=True)
@@ -129,23 +128,23 @@ class Counts:
     failed: int = 0
     released: int = 0
     stalled: int = 0
-    runtime_us: int = 0
+    runtime_us: float = 0  # float while a worker adds up, int once read from Redis
     runtime_n: int = 0
-    wait_us: int = 0
+    wait_us: float = 0
     wait_n: int = 0
     runtime_hist: list[int] = field(default_factory=lambda: [0] * NBUCKETS)
     wait_hist: list[int] = field(default_factory=lambda: [0] * NBUCKETS)
 
     def fields(self) -> dict[str, int]:
         """The non-zero fields, as stored in Redis."""
-        out = {
+        out: dict[str, int] = {
             "p": self.processed,
             "f": self.failed,
             "r": self.released,
             "s": self.stalled,
-            "ru": self.runtime_us,
+            "ru": round(self.runtime_us),
             "rn": self.runtime_n,
-            "wu": self.wait_us,
+            "wu": round(self.wait_us),
             "wn": self.wait_n,
         }
         for i, n in enumerate(self.runtime_hist):
@@ -255,7 +254,10 @@ class Meter:
         # (queue, class) -> sums since the last flush, and since the start
         self._pending: dict[tuple[str, str], Counts] = {}
         self.totals: dict[tuple[str, str], Counts] = {}
-        self._waits: dict[str, tuple[float, str]] = {}  # running job id -> (wait s, class)
+        self._waits: dict[str, float] = {}  # running job id -> wait (s), while timings fit
+        self._last: Counts | None = None  # the (queue, class) of the last event
+        self._last_queue = ""
+        self._last_name = ""
         self._timings: list[tuple[str, str]] = []  # (job id, "queue wait run outcome")
         self._timing_minute = -1
         self._timing_room = JOB_TIMING_CAP
@@ -273,56 +275,65 @@ class Meter:
                     return self._counts(queue, OTHER) if name != OTHER else self._new(key)
                 seen.add(name)
             c = self._new(key)
+        self._last, self._last_queue, self._last_name = c, queue, name
         return c
 
     def _new(self, key: tuple[str, str]) -> Counts:
         c = self._pending[key] = Counts()
         return c
 
+    def _running_name(self, job_id: str) -> str:
+        entry: Any = getattr(self.worker, "_running", {}).get(job_id)
+        try:
+            name = orjson.loads(entry.reserved.envelope)["body"]["displayName"]
+        except Exception:  # not running here any more, or an unreadable envelope
+            return OTHER
+        return name if isinstance(name, str) else OTHER
+
     def observe(self, event: object) -> None:
-        """Record one lifecycle event (``App.emit`` calls this in worker processes)."""
+        """Record one lifecycle event (``App.emit`` calls this in worker processes).
+
+        This runs twice a job: kept to a few attribute updates (sums in float µs, the
+        last (queue, class) remembered, per-job timings only while there is room).
+        """
         kind = type(event)
+        e: Any = event
         if kind is JobProcessing:
-            e: Any = event
+            c = self._last
+            if c is None or e.name != self._last_name or e.queue != self._last_queue:
+                c = self._counts(e.queue, e.name)
             wait = e.wait_s
-            c = self._counts(e.queue, e.name)
-            c.wait_us += int(wait * 1e6)
+            c.wait_us += wait * 1e6
             c.wait_n += 1
-            c.wait_hist[_bucket(wait * 1000)] += 1
-            if len(self._waits) > 100_000:  # events of jobs that never finished
-                self._waits.clear()
-            self._waits[e.job_id] = (wait, e.name)
+            c.wait_hist[_bisect(HIST_MS, wait * 1000)] += 1
+            if self._timing_room > 0:
+                if len(self._waits) > 10_000:  # starts of jobs that never finished
+                    self._waits.clear()
+                self._waits[e.job_id] = wait
             return
+        if kind is ReservationLost:  # rare: the class is read back from the envelope
+            self._counts(e.queue, self._running_name(e.job_id)).stalled += 1
+            return
+        if kind is not JobProcessed and kind is not JobFailed and kind is not JobReleased:
+            return
+        c = self._last
+        if c is None or e.name != self._last_name or e.queue != self._last_queue:
+            c = self._counts(e.queue, e.name)
         if kind is JobProcessed:
-            e = event
-            c = self._counts(e.queue, e.name)
             c.processed += 1
-            outcome = "p"
         elif kind is JobFailed:
-            e = event
-            c = self._counts(e.queue, e.name)
             c.failed += 1
-            outcome = "f"
-        elif kind is JobReleased:
-            e = event
-            c = self._counts(e.queue, e.name)
-            c.released += 1
-            outcome = "r"
-        elif kind is ReservationLost:
-            e = event
-            started = self._waits.get(e.job_id)
-            self._counts(e.queue, started[1] if started else OTHER).stalled += 1
-            return
         else:
-            return
+            c.released += 1
         d = e.duration_s
-        c.runtime_us += int(d * 1e6)
+        c.runtime_us += d * 1e6
         c.runtime_n += 1
-        c.runtime_hist[_bucket(d * 1000)] += 1
-        started = self._waits.pop(e.job_id, None)
+        c.runtime_hist[_bisect(HIST_MS, d * 1000)] += 1
         if self._timing_room > 0:
             self._timing_room -= 1
-            w = "-" if started is None else str(int(started[0] * 1e6))
+            started = self._waits.pop(e.job_id, None)
+            w = "-" if started is None else str(int(started * 1e6))
+            outcome = "p" if kind is JobProcessed else "f" if kind is JobFailed else "r"
             self._timings.append((e.job_id, f"{e.queue} {w} {int(d * 1e6)} {outcome}"))
 
     # -- flushing ---------------------------------------------------------------------
@@ -351,6 +362,7 @@ class Meter:
     def _commands(self, pipe: Any, now: float, *, beat: bool) -> None:
         minute = minute_of(now)
         pending, self._pending = self._pending, {}
+        self._last = None
         by_queue: dict[str, Counts] = {}
         for (queue, name), c in pending.items():
             fields = c.fields()

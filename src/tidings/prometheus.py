@@ -43,7 +43,7 @@ def _import() -> Any:
     return prometheus_client
 
 
-def _histogram(hist: list[int], total_us: int, family: Any, labels: list[str]) -> None:
+def _histogram(hist: list[int], total_us: float, family: Any, labels: list[str]) -> None:
     running = 0
     buckets: list[tuple[str, float]] = []
     for le, n in zip(HIST_MS, hist, strict=False):

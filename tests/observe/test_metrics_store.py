@@ -182,3 +182,30 @@ def test_hostile_class_names_are_bounded(redis_client: redis.Redis, prefix: str)
 def _url(client: redis.Redis) -> str:
     kw = client.connection_pool.connection_kwargs
     return f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
+
+
+def test_a_lost_lease_counts_as_stalled_for_its_class(
+    redis_client: redis.Redis, prefix: str
+) -> None:
+    from types import SimpleNamespace
+
+    from tidings.queue.events import ReservationLost
+
+    envelope = b'{"sig":"' + b"0" * 64 + b'","body":{"displayName":"Mailer"}}'
+    worker = SimpleNamespace(_running={"j1": SimpleNamespace(reserved=SimpleNamespace(
+        envelope=envelope))})  # fmt: skip
+    m = Meter(prefix, worker=worker)
+    m.observe(ReservationLost("j1", "mail"))
+    m.observe(ReservationLost("gone", "mail"))  # no longer running here: (other)
+
+    async def flush() -> None:
+        client = redis.asyncio.Redis.from_url(_url(redis_client))
+        try:
+            await m.flush(client, beat=False)
+        finally:
+            await client.aclose()
+
+    asyncio.run(flush())
+    assert summed(series(redis_client, prefix, "mail", "Mailer")).stalled == 1
+    assert summed(series(redis_client, prefix, "mail", OTHER)).stalled == 1
+    assert summed(series(redis_client, prefix, "mail")).stalled == 2
