@@ -346,7 +346,7 @@ class App:
         if state is None:
             return None
         timing = None
-        if state in ("done", "failed", "pending", "delayed", "reserved"):
+        if self.settings.metrics:
             try:
                 timing = job_timing(rq.client, rq.prefix, job_id)
             except Exception:  # a status answer never fails for want of a measurement

@@ -177,7 +177,17 @@ def main(ctx: click.Context, /, app_spec: str | None, **opts: Any) -> None:
     if opts["metrics_port"]:
         from tidings.prometheus import serve_worker_metrics
 
-        serve_worker_metrics(app, queues, opts["metrics_port"], opts["metrics_host"])
+        # Under --processes N, child k serves on port + k - 1.
+        port = opts["metrics_port"] + max(0, cli_observe.child_number() - 1)
+        try:
+            serve_worker_metrics(app, queues, port, opts["metrics_host"])
+        except OSError as exc:
+            click.echo(
+                f"cannot serve metrics on {opts['metrics_host']}:{port} ({exc}); "
+                "choose another --metrics-port",
+                err=True,
+            )
+            sys.exit(78)  # EX_CONFIG: the supervisor does not restart it
     options = WorkerOptions(
         queues=queues,
         connection=opts["connection"],

@@ -59,6 +59,12 @@ def _iso_ms(t: float) -> str:
     return stamp.replace("+00:00", "Z")
 
 
+def child_number() -> int:
+    """The supervised child's number (1..N), 0 when not supervised."""
+    slot = os.environ.get("TIDINGS_CHILD", "")
+    return int(slot) if slot.isdigit() else 0
+
+
 def child_fields() -> dict[str, int | str]:
     """``{"child": 2, "pid": 4711}`` in a supervised child (for JSON lines), else empty."""
     slot = os.environ.get("TIDINGS_CHILD")
