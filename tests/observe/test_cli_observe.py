@@ -150,3 +150,16 @@ def test_supervised_children_prefix_their_lines(
     assert all(pid == banner_pid for _, pid, banner_pid in found)
     sup.terminate()
     assert sup.wait(40) == 0
+
+
+def test_a_metrics_port_in_use_is_a_configuration_error(redis_url: str, prefix: str) -> None:
+    import socket
+
+    env = env_for(redis_url, prefix)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = cli(env, "--stop-when-empty", "--metrics-port", str(port), check=False)
+    assert done.returncode == 78  # EX_CONFIG: a supervisor does not restart-loop on it
+    assert "--metrics-port" in done.stderr
