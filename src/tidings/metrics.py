@@ -585,7 +585,10 @@ def live_workers(client: Any, prefix: str) -> list[dict[str, Any]]:
     ids = [_text(i) for i in client.zrange(workers_key(prefix), 0, -1)]
     if not ids:
         return []
-    raws = client.mget([worker_key(prefix, i) for i in ids])
+    pipe = client.pipeline(transaction=False)  # not MGET: the keys span cluster slots
+    for i in ids:
+        pipe.get(worker_key(prefix, i))
+    raws = [r if isinstance(r, bytes | str) else None for r in _replies(pipe)]
     out: list[dict[str, Any]] = []
     for raw in raws:
         if not raw:
