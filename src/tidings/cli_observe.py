@@ -102,6 +102,12 @@ def setup_logging(*, json_logs: bool) -> None:
     root.setLevel(logging.INFO)
 
 
+def _processes(opts: dict[str, Any]) -> int:
+    """Worker processes in this deployment: the supervisor's N in its children."""
+    n = os.environ.get("TIDINGS_CHILDREN", "")
+    return int(n) if n.isdigit() else int(opts.get("processes") or 1)
+
+
 def banner_lines(app: Any, opts: dict[str, Any], queues: list[str]) -> list[str]:
     """The worker's start-up banner: what it runs on, with every secret masked."""
     s = app.settings
@@ -113,7 +119,7 @@ def banner_lines(app: Any, opts: dict[str, Any], queues: list[str]) -> list[str]
         f"  redis:       {redis_text}",
         f"  prefix:      {s.prefix}",
         f"  queues:      {', '.join(queues)} (in priority order)",
-        f"  concurrency: {opts.get('concurrency')}   processes: {opts.get('processes', 1)}",
+        f"  concurrency: {opts.get('concurrency')}   processes: {_processes(opts)}",
         f"  modules:     {', '.join(s.allowed_modules)}",
         f"  mail:        {mask_url(s.mail_url)}",
         f"  sms:         {mask_url(s.sms_url)}",
@@ -135,7 +141,7 @@ def print_banner(app: Any, opts: dict[str, Any], queues: list[str], *, json_logs
             "embedded": s.embedded,
             "queues": queues,
             "concurrency": opts.get("concurrency"),
-            "processes": opts.get("processes", 1),
+            "processes": _processes(opts),
             "allowed_modules": list(s.allowed_modules),
             "mail": mask_url(s.mail_url),
             "sms": mask_url(s.sms_url),

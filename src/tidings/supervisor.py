@@ -104,6 +104,7 @@ class Supervisor:
             **os.environ,
             HEARTBEAT_ENV: str(child.heartbeat),
             "TIDINGS_CHILD": str(child.slot + 1),
+            "TIDINGS_CHILDREN": str(len(self.children)),
         }
         child.proc = subprocess.Popen(self.cmd, env=env)
         child.started = time.monotonic()

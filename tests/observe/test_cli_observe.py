@@ -148,6 +148,7 @@ def test_supervised_children_prefix_their_lines(
                      30, 0.2, message="two child banners")  # fmt: skip
     assert sorted(slot for slot, _, _ in found) == ["1", "2"]
     assert all(pid == banner_pid for _, pid, banner_pid in found)
+    assert sup.output().count("processes: 2") == 2
     sup.terminate()
     assert sup.wait(40) == 0
 
