@@ -292,7 +292,11 @@ def redis_cpu_s(ctx: Ctx) -> float:
 
 
 def drain_once(
-    ctx: Ctx, argv: Sequence[str], procs: int, sync: bool = False
+    ctx: Ctx,
+    argv: Sequence[str],
+    procs: int,
+    sync: bool = False,
+    env: dict[str, str] | None = None,
 ) -> tuple[float, float, float]:
     """Fill the queue with N no-op jobs, run ``procs`` workers until empty.
 
@@ -309,7 +313,7 @@ def drain_once(
     cls = b.NoOpSyncJob if sync else b.NoOpJob
     b.app.dispatch_many([cls(i) for i in range(ctx.n)])
     calls, cpu = round_trips(ctx), redis_cpu_s(ctx)
-    workers = [spawn(argv, worker_env(ctx)) for _ in range(procs)]
+    workers = [spawn(argv, worker_env(ctx, **(env or {}))) for _ in range(procs)]
     deadline = time.monotonic() + WORKER_TIMEOUT_S
     for w in workers:
         try:
@@ -352,6 +356,7 @@ class DrainCase:
     argv: list[str]
     procs: int = 1
     sync: bool = False
+    env: dict[str, str] = field(default_factory=dict)
     versus: str = ""
     goal: str = ""
     results: list[tuple[float, float, float]] = field(default_factory=list)
@@ -373,6 +378,12 @@ def drain_rows(ctx: Ctx) -> list[Row]:
             "drain, 1 process, defaults (--concurrency 16)",
             stop_empty,
             goal=">= 2x huey 3.3k (6.6k)",
+        ),
+        DrainCase(
+            "drain, 1 process, defaults, metrics off",
+            stop_empty,
+            env={"TIDINGS_METRICS": "0"},
+            versus="vs defaults (metrics on)",
         ),
         DrainCase(
             "drain, 1 process, --concurrency 64",
@@ -400,7 +411,7 @@ def drain_rows(ctx: Ctx) -> list[Row]:
     ]
     for _ in range(1 if ctx.quick else ctx.runs):
         for case in cases:
-            case.results.append(drain_once(ctx, case.argv, case.procs, case.sync))
+            case.results.append(drain_once(ctx, case.argv, case.procs, case.sync, case.env))
     ctx.clean()
     default = cases[0].median()[0]
     rows = []
@@ -601,12 +612,53 @@ def memory_rows(ctx: Ctx) -> list[Row]:
     ]
 
 
+def observe_rows(ctx: Ctx) -> list[Row]:
+    """Cost of the per-job metrics (and of tracing, with opentelemetry-api installed) on
+    the default drain: the cases take turns every round; the ratio is the median of the
+    per-round ratios, so a burst of load elsewhere hits both sides of a pair alike."""
+    argv = notify_worker_argv("--stop-when-empty")
+    cases = [
+        DrainCase("drain, metrics on (default), tracing off", argv,
+                  env={"TIDINGS_TRACING": "0"}),
+        DrainCase("drain, metrics off, tracing off", argv,
+                  env={"TIDINGS_TRACING": "0", "TIDINGS_METRICS": "0"}),
+    ]  # fmt: skip
+    try:
+        import opentelemetry.trace  # noqa: F401
+
+        cases.append(DrainCase("drain, metrics on, opentelemetry-api installed (no SDK)", argv))
+    except ImportError:
+        pass
+    rounds = 1 if ctx.quick else max(ctx.runs, 7)
+    for _ in range(rounds):
+        for case in cases:
+            case.results.append(drain_once(ctx, case.argv, case.procs, case.sync, case.env))
+    ctx.clean()
+    off = cases[1]
+    rows = []
+    for case in cases:
+        pairs = sorted(a[0] / b[0] for a, b in zip(case.results, off.results, strict=True))
+        jobs_s = case.median()[0]
+        rows.append(
+            Row(
+                case.figure,
+                fmt_rate(jobs_s),
+                f"vs metrics off, median of {rounds} paired rounds "
+                f"(range {pairs[0]:.3f}-{pairs[-1]:.3f})",
+                f"{pairs[len(pairs) // 2]:.3f}x",
+                ">= 0.95x (issue 14)" if case is cases[0] else "",
+            )
+        )
+    return rows
+
+
 ALL: dict[str, Callable[[Ctx], list[Row]]] = {
     "enqueue": enqueue_one,
     "bulk": enqueue_bulk,
     "drain": drain_rows,
     "latency": latency_rows,
     "memory": memory_rows,
+    "observe": observe_rows,
 }
 
 

@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/run.py [--quick] [--n N] [--runs R] [--only SECTIONS]
     .venv/bin/python benchmarks/run.py --profile DIR [--n N]     # needs py-spy
 
-SECTIONS (comma-separated): enqueue, bulk, drain, latency, memory, peers, notify, events.
+SECTIONS (comma-separated): enqueue, bulk, drain, latency, memory, observe, peers, notify,
+events.
 
 Starts its own redis-server on a free 127.0.0.1 port (no persistence) and stops it at
 the end, unless ``TIDINGS_BENCH_REDIS_URL`` names one; then only keys under a private

@@ -12,9 +12,9 @@ import sys
 import types
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tidings import _current, redaction
+from tidings import _current, redaction, tracing
 from tidings.config import Settings
 from tidings.errors import PayloadRejected
 from tidings.events.call_queued import CallQueuedListener
@@ -31,6 +31,15 @@ from tidings.queue.signing import Signer, parse_keys
 from tidings.queue.unique import GuardedPush, guard_for, push_guarded, push_guarded_async
 
 log = logging.getLogger("tidings.app")
+
+if TYPE_CHECKING:
+    from tidings.metrics import JobStatus
+
+
+def _version() -> str:
+    from tidings._version import __version__
+
+    return __version__
 
 
 def _caller_package() -> str | None:
@@ -94,6 +103,7 @@ class App:
         self.channel_limits: dict[str, Any] = {}  # channel -> RateLimited (rate_limit)
         self.schedules: list[Any] = []  # Schedule entries (schedule)
         self._notifications: Any = None
+        self._meter: Any = None  # tidings.metrics.Meter, in worker processes
         self.make_current()
 
     @classmethod
@@ -189,6 +199,9 @@ class App:
         is being run) already, and a broken log line must not fail a dispatch or leave
         a job reserved.
         """
+        meter = self._meter
+        if meter is not None:
+            meter.observe(event)
         if self.events.has_listeners(type(event)):
             try:
                 self.events.dispatch(event)
@@ -199,6 +212,10 @@ class App:
         """Run ``call`` through the job's middleware (outermost first)."""
         run = current_run()
         layers = [*workflow.builtin_layers(self, run), *self.job_middleware, *job.middleware()]
+        if tracing.ENABLED and run is not None and tracing.recording():
+            if not layers:
+                return await tracing.run_job(run, call)
+            return await tracing.run_job(run, lambda: run_through(layers, job, call))
         if not layers:
             return await call()
         return await run_through(layers, job, call)
@@ -225,6 +242,11 @@ class App:
         rq = getattr(worker, "rq", None)
         if opts is not None and isinstance(rq, RedisQueue):
             tasks.append(remember_queues(rq, opts.queues))  # for `monitor`
+        if self.settings.metrics:
+            from tidings.metrics import Meter
+
+            self._meter = Meter(self.settings.prefix, worker=worker, version=_version())
+            tasks.append(self._meter.run())
         return tasks + heartbeat_task(worker)
 
     # -- workflows and flow control -----------------------------------------------------
@@ -362,10 +384,27 @@ class App:
             ids[at] = await push.push_async()
         return [i for i in ids if i is not None]
 
-    def job_status(self, job_id: str, queue: str | None = None) -> str | None:
-        """pending / delayed / reserved / done / failed, or None once no record is left."""
+    def job_status(self, job_id: str, queue: str | None = None) -> JobStatus | None:
+        """pending / delayed / reserved / done / failed, or None once no record is left.
+
+        The answer is a ``str`` that also carries the measured ``wait_s`` (dispatch to
+        start) and ``runtime_s`` of the job's last run, while that record lasts (an
+        hour; None before the job ran, or with metrics off).
+        """
+        from tidings.metrics import JobStatus, job_timing
+
+        rq = self.queue_for(None)
         queues = [queue] if queue else sorted(self._queues_used)
-        return self.queue_for(None).status(job_id, queues)
+        state = rq.status(job_id, queues)
+        if state is None:
+            return None
+        timing = None
+        if self.settings.metrics:
+            try:
+                timing = job_timing(rq.client, rq.prefix, job_id)
+            except Exception:  # a status answer never fails for want of a measurement
+                log.debug("no timing for %s", job_id, exc_info=True)
+        return JobStatus.of(state, timing)
 
     # -- events ------------------------------------------------------------------------
 
@@ -411,6 +450,9 @@ class App:
             return (
                 event if isinstance(event, PendingDispatch) else PendingDispatch(event)
             ).dispatch()
+        if tracing.ENABLED and tracing.recording():
+            with tracing.span(f"event {tracing.event_name(event)}"):
+                return self.events.dispatch(event, *args)
         return self.events.dispatch(event, *args)
 
     async def dispatch_async(self, event: Any, *args: Any) -> Any:
@@ -418,6 +460,9 @@ class App:
         if isinstance(event, (Job, PendingDispatch)):
             pending = event if isinstance(event, PendingDispatch) else PendingDispatch(event)
             return await pending.dispatch_async()
+        if tracing.ENABLED and tracing.recording():
+            with tracing.span(f"event {tracing.event_name(event)}"):
+                return await self.events.dispatch_async(event, *args)
         return await self.events.dispatch_async(event, *args)
 
     def until(self, event: Any, *args: Any) -> Any:
@@ -452,6 +497,11 @@ class App:
     async def worker_stopped(self, worker: Any) -> None:
         """Called by a worker as it exits, on its loop: close that loop's channels
         (QUIT the SMTP connection, close HTTP clients)."""
+        meter, client = self._meter, getattr(worker, "_client", None)
+        if meter is not None and getattr(meter, "worker", None) is worker:
+            self._meter = None
+            if client is not None:
+                await meter.close(client)
         channels = getattr(self._notifications, "channels", None)
         if channels is not None:
             await channels.close_loop()

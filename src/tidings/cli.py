@@ -20,6 +20,8 @@ import click
 import orjson
 from redis.exceptions import ResponseError
 
+from tidings import cli_observe
+from tidings._version import __version__
 from tidings.app import App
 from tidings.cli_batches import make_group as make_batches_group
 from tidings.errors import QueueUnavailable
@@ -28,7 +30,7 @@ from tidings.queue.redis_errors import REDIS_ERRORS, is_transient
 from tidings.queue.worker import EXIT_CONFIG, EXIT_STUCK, Worker, WorkerOptions
 from tidings.queue.worker_base import short_error
 from tidings.redaction import redact
-from tidings.terminal import EscapingFormatter, escape, escape_json
+from tidings.terminal import escape, escape_json
 
 
 def load_app(spec: str | None) -> App:
@@ -63,6 +65,8 @@ def install_output(app: App, *, json_logs: bool) -> None:
     """Print one line per job state change, as listeners of the lifecycle events."""
     out = sys.stdout
     flush_pending = False
+    tag = cli_observe.child_tag()
+    child = cli_observe.child_fields()
 
     def flush() -> None:
         nonlocal flush_pending
@@ -87,18 +91,20 @@ def install_output(app: App, *, json_logs: bool) -> None:
     def line(status: str, e: Any, extra: str = "", **fields: Any) -> None:
         if json_logs:
             record = {
-                "time": _stamp(),
+                "time": cli_observe.utc_stamp(),
                 "id": e.job_id,
                 "status": status,
                 "name": e.name,
                 "queue": e.queue,
             }
             record.update(fields)
+            if child:
+                record.update(child)
             out.write(escape_json(orjson.dumps(record).decode()) + "\n")
         else:
             # Names, ids and exception texts come from job data: escape them (issue 12).
             text = f"{_stamp()} {escape(e.job_id)} {status:<10} {escape(e.name)}{escape(extra)}"
-            out.write(text + "\n")
+            out.write(tag + text + "\n")
         flush_soon()
 
     def processing(e: JobProcessing) -> None:
@@ -155,6 +161,7 @@ class _Group(click.Group):
     invoke_without_command=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+@click.version_option(__version__, "--version", prog_name="notify-worker")
 @click.option("-A", "--app", "app_spec", help="The App as module:attribute (else TIDINGS_APP).")
 @click.option(
     "--queue", "queues", default="default", show_default=True, help="Queues in priority order."
@@ -188,14 +195,20 @@ class _Group(click.Group):
 @click.option(
     "--grace", default=30.0, show_default=True, help="On SIGTERM, wait this long for jobs."
 )
-@click.option("--json-logs", is_flag=True, help="One JSON object per line.")
+@click.option("--json-logs", is_flag=True, help="One JSON object per line (UTC ISO-8601 times).")
+@click.option(
+    "--metrics-port", default=0, help="Serve Prometheus metrics of this worker on this port."
+)
+@click.option(
+    "--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port."
+)
 @click.pass_context
 def main(ctx: click.Context, /, app_spec: str | None, **opts: Any) -> None:
     """Run a tidings worker, or operate the queues (see the subcommands)."""
     ctx.obj = {"app_spec": app_spec}
     if ctx.invoked_subcommand is not None:
         return
-    _configure_logging()
+    cli_observe.setup_logging(json_logs=opts["json_logs"])
     _require_app(app_spec)
     # `--processes N` always supervises children, N = 1 included: a job that kills its
     # process then kills a child, never the supervisor (bare notify-worker runs in-process).
@@ -208,8 +221,24 @@ def main(ctx: click.Context, /, app_spec: str | None, **opts: Any) -> None:
         sys.exit(supervise(opts["processes"], sys.argv, grace_s=grace, timeout_s=timeout))
     app = load_app(app_spec)
     install_output(app, json_logs=opts["json_logs"])
+    queues = [q.strip() for q in opts["queues"].split(",") if q.strip()]
+    cli_observe.print_banner(app, opts, queues, json_logs=opts["json_logs"])
+    if opts["metrics_port"]:
+        from tidings.prometheus import serve_worker_metrics
+
+        # Under --processes N, child k serves on port + k - 1.
+        port = opts["metrics_port"] + max(0, cli_observe.child_number() - 1)
+        try:
+            serve_worker_metrics(app, queues, port, opts["metrics_host"])
+        except OSError as exc:
+            click.echo(
+                f"cannot serve metrics on {opts['metrics_host']}:{port} ({exc}); "
+                "choose another --metrics-port",
+                err=True,
+            )
+            sys.exit(78)  # EX_CONFIG: the supervisor does not restart it
     options = WorkerOptions(
-        queues=[q.strip() for q in opts["queues"].split(",") if q.strip()],
+        queues=queues,
         connection=opts["connection"],
         concurrency=opts["concurrency"],
         once=opts["once"],
@@ -236,16 +265,6 @@ def main(ctx: click.Context, /, app_spec: str | None, **opts: Any) -> None:
         logging.shutdown()
         os._exit(code)
     sys.exit(code)
-
-
-def _configure_logging() -> None:
-    """Log lines carry exception texts from jobs and peers: redact and escape them."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    if not root.handlers:
-        root.addHandler(handler)
-        root.setLevel(logging.INFO)
 
 
 def _require_app(app_spec: str | None) -> None:
@@ -279,8 +298,12 @@ def restart(ctx: click.Context) -> None:
 @main.command()
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--queue", "queues", default=None, help="Comma-separated queues (default: all).")
+@click.option("--watch", is_flag=True, help="Keep the table on screen, refreshed.")
+@click.option("--interval", default=2.0, show_default=True, help="Seconds between refreshes.")
 @click.pass_context
-def monitor(ctx: click.Context, as_json: bool, queues: str | None) -> None:
+def monitor(
+    ctx: click.Context, as_json: bool, queues: str | None, watch: bool, interval: float
+) -> None:
     """Show ready / delayed / reserved / failed counts per queue."""
     app = _app(ctx)
     rq = app.queue_for(None)
@@ -290,6 +313,9 @@ def monitor(ctx: click.Context, as_json: bool, queues: str | None) -> None:
         from tidings.queue.known import known_queues
 
         names = known_queues(app, rq)  # empty ones too, with zeros
+    if watch:
+        cli_observe.monitor_watch(lambda: rq.sizes(names), max(0.2, interval))
+        return
     sizes = rq.sizes(names)
     if as_json:
         click.echo(escape_json(orjson.dumps(sizes).decode()))
@@ -308,7 +334,7 @@ def monitor(ctx: click.Context, as_json: bool, queues: str | None) -> None:
 def clear(ctx: click.Context, queue: str) -> None:
     """Delete every waiting job of a queue."""
     n = _app(ctx).queue_for(None).clear(queue)
-    click.echo(f"Cleared {n} jobs from {queue}.")
+    click.echo(f"Cleared {cli_observe.plural(n, 'job')} from {queue}.")
 
 
 @main.group()
@@ -327,6 +353,8 @@ def failed_list(ctx: click.Context, as_json: bool) -> None:
         return
     if not records:
         click.echo("No failed jobs.")
+        return
+    click.echo(f"{'id':<32}  {'failed at':<19}  {'queue':<10} {'job':<30} error")
     for r in records:
         when = dt.datetime.fromtimestamp(r.failed_at).strftime("%Y-%m-%d %H:%M:%S")
         first = r.exception.strip().splitlines()[-1] if r.exception.strip() else ""
@@ -361,7 +389,7 @@ def failed_retry(ctx: click.Context, ids: tuple[str, ...], all_: bool) -> None:
     if not ids and not all_:
         raise click.UsageError("give job ids or --all")
     n = _app(ctx).queue_for(None).retry(None if all_ else list(ids))
-    click.echo(f"Pushed {n} failed jobs back onto their queues.")
+    click.echo(f"Pushed {cli_observe.plural(n, 'failed job')} back onto their queues.")
 
 
 @failed.command("forget")
@@ -370,7 +398,7 @@ def failed_retry(ctx: click.Context, ids: tuple[str, ...], all_: bool) -> None:
 def failed_forget(ctx: click.Context, ids: tuple[str, ...]) -> None:
     """Delete failed jobs."""
     n = _app(ctx).queue_for(None).forget(list(ids))
-    click.echo(f"Deleted {n} failed jobs.")
+    click.echo(f"Deleted {cli_observe.plural(n, 'failed job')}.")
     if n == 0:
         sys.exit(1)
 
@@ -380,7 +408,7 @@ def failed_forget(ctx: click.Context, ids: tuple[str, ...]) -> None:
 def failed_flush(ctx: click.Context) -> None:
     """Delete every failed job."""
     n = _app(ctx).queue_for(None).flush()
-    click.echo(f"Deleted {n} failed jobs.")
+    click.echo(f"Deleted {cli_observe.plural(n, 'failed job')}.")
 
 
 @failed.command("prune")
@@ -389,10 +417,14 @@ def failed_flush(ctx: click.Context) -> None:
 def failed_prune(ctx: click.Context, hours: float) -> None:
     """Delete failed jobs older than N hours."""
     n = _app(ctx).queue_for(None).prune(hours * 3600)
-    click.echo(f"Deleted {n} failed jobs older than {hours:g} hours.")
+    click.echo(
+        f"Deleted {cli_observe.plural(n, 'failed job')} older than {hours:g} "
+        f"{'hour' if hours == 1 else 'hours'}."
+    )
 
 
 main.add_command(make_batches_group(_app), "batches")
+cli_observe.register(main, _app)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -89,6 +89,9 @@ def make_group(load_app: Callable[[click.Context], Any]) -> click.Group:
     def prune(ctx: click.Context, hours: float, unfinished: bool) -> None:
         """Delete batches finished more than N hours ago."""
         n = batches.prune_batches(load_app(ctx), hours * 3600, unfinished=unfinished)
-        click.echo(f"Deleted {n} batches older than {hours:g} hours.")
+        from tidings.cli_observe import plural
+
+        unit = "hour" if hours == 1 else "hours"
+        click.echo(f"Deleted {plural(n, 'batch', 'batches')} older than {hours:g} {unit}.")
 
     return group

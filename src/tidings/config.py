@@ -37,6 +37,7 @@ class Settings:
     embedded: bool = False
     schedule_timezone: str | None = None
     """The zone cron schedules use when they give no ``tz=`` (None: UTC)."""
+    metrics: bool = True
 
     @classmethod
     def resolve(
@@ -92,6 +93,9 @@ class Settings:
         value = get("webhook_allow_private")
         if value is not None:
             settings.webhook_allow_private = value is True or str(value).lower() in _TRUE
+        value = get("metrics")
+        if value is not None:
+            settings.metrics = value is True or str(value).lower() in _TRUE
         conns = options.get("connections")
         if isinstance(conns, Mapping):
             settings.connections = {str(k): str(v) for k, v in conns.items()}

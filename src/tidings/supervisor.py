@@ -106,7 +106,13 @@ class Supervisor:
     def _start(self, child: _Child) -> None:
         with contextlib.suppress(FileNotFoundError):
             child.heartbeat.unlink()
-        env = {**os.environ, HEARTBEAT_ENV: str(child.heartbeat)}
+        # TIDINGS_CHILD: the child prefixes its lines with its number and pid.
+        env = {
+            **os.environ,
+            HEARTBEAT_ENV: str(child.heartbeat),
+            "TIDINGS_CHILD": str(child.slot + 1),
+            "TIDINGS_CHILDREN": str(len(self.children)),
+        }
         child.proc = subprocess.Popen(self.cmd, env=env)
         child.started = time.monotonic()
         child.term_at = None

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tidings import tracing
 from tidings.events.listener import ShouldQueue
 from tidings.notifications.channels.manager import ChannelManager
 from tidings.notifications.events import NotificationFailed, NotificationSending, NotificationSent
@@ -137,7 +138,15 @@ class NotificationSender:
         if await self._announce(sending, halt=True) is False:
             return None
         try:
-            response = await self.channels.send(channel, notifiable, notification, delivery)
+            if tracing.ENABLED:
+                attrs = {"tidings.channel": channel, "tidings.delivery_id": delivery,
+                         "tidings.notification": type(notification).__name__}  # fmt: skip
+                with tracing.span(f"notify {channel}", attrs, kind="CLIENT"):
+                    response = await self.channels.send(
+                        channel, notifiable, notification, delivery
+                    )
+            else:
+                response = await self.channels.send(channel, notifiable, notification, delivery)
         except Exception as exc:
             await self._announce_safely(
                 NotificationFailed(notifiable, notification, channel, delivery, exc)

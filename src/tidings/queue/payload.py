@@ -35,6 +35,7 @@ Optional fields (absent on plain jobs; see :mod:`tidings.queue.batch` and
 ``maxStalls``      how often the job's lease may expire before it fails unrun (None or
                    absent: the worker's ``--max-stalls``)
 ``uniqueConnection`` the named connection that lock lives on (absent: the default)
+``trace``          W3C trace context headers of the dispatcher (see :mod:`tidings.tracing`)
 
 ``attempts`` is not in the body: the scripts count it beside it, so Lua never rewrites a
 signed body.
@@ -85,6 +86,7 @@ class JobBody(TypedDict):
     unique: NotRequired[str]
     maxStalls: NotRequired[int]
     uniqueConnection: NotRequired[str]
+    trace: NotRequired[dict[str, str]]
 
 
 _REQUIRED: dict[str, tuple[type, ...]] = {

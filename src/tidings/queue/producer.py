@@ -7,7 +7,7 @@ import os
 import random
 from typing import Any
 
-from tidings import _clock
+from tidings import _clock, tracing
 from tidings.queue import serializer
 from tidings.queue.backoff import encode_backoff
 from tidings.queue.job import Job, PendingDispatch, delay_seconds, option
@@ -69,6 +69,10 @@ def build_body(job: Job, job_id: str, chain: list[Any] | None = None) -> JobBody
     max_stalls = option(src, "max_stalls")
     if max_stalls is not None:
         body["maxStalls"] = int(max_stalls)
+    if tracing.ENABLED:  # W3C trace context of the dispatcher (tidings.tracing)
+        trace = tracing.carrier()
+        if trace:
+            body["trace"] = trace
     return body
 
 

@@ -88,9 +88,10 @@ class Worker(Fetcher, Upkeep):
             os._exit(1)
         name = signal.Signals(signum).name
         log.info(
-            "%s: finishing %d running jobs (grace %gs); a second signal exits at once",
+            "%s: finishing %d running %s (grace %gs); a second signal exits at once",
             name,
             len(self._running),
+            "job" if len(self._running) == 1 else "jobs",
             self.opts.grace_s,
         )
         self.stop(f"signal {name}")

@@ -1,0 +1,139 @@
+"""OpenTelemetry traces through the queue (W3C trace context in the job payload).
+
+With ``opentelemetry-api`` installed (``pip install 'tidings[otel]'``) and a tracer
+provider configured by the application, one trace shows::
+
+    request ─▶ event UserRegistered ─▶ process SendWelcome (queued listener, in a worker)
+            ─▶ process SendQueuedNotifications ─▶ notify mail / notify sms / notify webhook
+
+Dispatch writes the current context into the signed body (``trace``: the
+``traceparent``/``tracestate`` headers); the worker continues it in a CONSUMER span
+named ``process <job>``, with ``tidings.job.id``, ``messaging.destination.name`` (the
+queue), ``tidings.job.attempt`` and ``tidings.job.outcome`` (processed, released,
+failed, or exception: retried or failed by the worker's rules).
+
+Without the package nothing is imported and every hook is a constant check.
+``TIDINGS_TRACING=0`` turns it off with the package installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from importlib.util import find_spec
+from typing import Any
+
+_OFF = {"0", "false", "no", "off"}
+
+
+def _available() -> bool:
+    if os.environ.get("TIDINGS_TRACING", "").lower() in _OFF:
+        return False
+    try:
+        found = find_spec("opentelemetry") is not None
+        return found and find_spec("opentelemetry.trace") is not None
+    except (ImportError, ValueError):  # pragma: no cover - a broken install
+        return False
+
+
+ENABLED: bool = _available()
+"""Whether tracing is on (opentelemetry-api importable and not turned off)."""
+
+_tracer: Any = None
+
+
+def tracer() -> Any:
+    """The ``tidings`` tracer (follows the provider the application sets, even later)."""
+    global _tracer
+    if _tracer is None:
+        from opentelemetry import trace
+
+        from tidings._version import __version__
+
+        _tracer = trace.get_tracer("tidings", __version__)
+    return _tracer
+
+
+def recording() -> bool:
+    """Whether the application has set a tracer provider (without one, every span would
+    be a no-op: the job path then skips them)."""
+    global _trace
+    if _trace is None:
+        from opentelemetry import trace
+
+        _trace = trace
+    provider = _trace.get_tracer_provider()
+    return not isinstance(provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider)
+
+
+_trace: Any = None
+
+
+def carrier() -> dict[str, str] | None:
+    """The current trace context as W3C headers, for a job's body (None: no trace)."""
+    if not ENABLED:
+        return None
+    from opentelemetry.propagate import inject
+
+    out: dict[str, str] = {}
+    inject(out)
+    return out or None
+
+
+@contextlib.contextmanager
+def span(
+    name: str, attributes: Mapping[str, Any] | None = None, kind: str = "INTERNAL"
+) -> Iterator[Any]:
+    """A span around a block (nothing without OpenTelemetry)."""
+    if not ENABLED or not recording():
+        yield None
+        return
+    from opentelemetry.trace import SpanKind
+
+    with tracer().start_as_current_span(name, kind=getattr(SpanKind, kind),
+                                        attributes=dict(attributes or {})) as s:  # fmt: skip
+        yield s
+
+
+def event_name(event: object) -> str:
+    """The span name part of an event (its class name, or the string event)."""
+    return event if isinstance(event, str) else type(event).__name__
+
+
+async def run_job(run: Any, call: Callable[[], Awaitable[Any]]) -> Any:
+    """Run a job's pipeline inside a CONSUMER span continuing the dispatcher's trace."""
+    from opentelemetry.propagate import extract
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    body = run.body or {}
+    headers = body.get("trace")
+    parent = extract(headers) if isinstance(headers, dict) else None
+    attrs = {
+        "messaging.system": "tidings",
+        "messaging.operation": "process",
+        "messaging.destination.name": run.queue,
+        "tidings.job.id": run.job_id,
+        "tidings.job.class": str(body.get("job", "")),
+        "tidings.job.attempt": int(run.attempts),
+    }
+    name = f"process {body.get('displayName', 'job')}"
+    with tracer().start_as_current_span(name, context=parent, kind=SpanKind.CONSUMER,
+                                        attributes=attrs, record_exception=False,
+                                        set_status_on_exception=False) as s:  # fmt: skip
+        try:
+            result = await call()
+        except BaseException as exc:
+            s.set_attribute("tidings.job.outcome", "exception")
+            s.record_exception(exc)
+            s.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}"))
+            raise
+        if getattr(run, "failed_exc", None) is not None:
+            outcome = "failed"
+            s.set_status(Status(StatusCode.ERROR, "failed"))
+        elif getattr(run, "released_s", None) is not None:
+            outcome = "released"
+        else:
+            outcome = "processed"
+        s.set_attribute("tidings.job.outcome", outcome)
+        return result

@@ -1,0 +1,214 @@
+"""The dashboard in a real browser: Debian's chromium driven by Playwright.
+
+A real ``notify-worker dashboard`` and a real ``notify-worker`` (with ``--metrics-port``)
+run on the test's Redis; the browser loads every page, clicks Retry on a failed job
+and sees it run, checks hostile job data is escaped and its secrets redacted, and saves
+a screenshot of each page under ``test-artifacts/dashboard/`` (gitignored).
+
+Costs about 15 s (two processes start, one browser).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from tests.observe.dash_app import Flaky, Hostile, Quick
+from tests.support import Proc, free_port, wait_for
+from tidings import App, batch
+from tidings.metrics import series, summed
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
+NOTIFY_WORKER = str(Path(sys.executable).parent / "notify-worker")
+APP_SPEC = "tests.observe.dash_app:app"
+MODULE = "tests.observe.dash_app"
+KEY = "dashboard-test-key-0123456789abcdef"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+Spawn = Callable[..., Proc]
+
+
+def env_for(url: str, prefix: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDINGS_")}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
+        TIDINGS_REDIS_URL=url,
+        TIDINGS_KEY=KEY,
+        TIDINGS_PREFIX=prefix,
+        TIDINGS_ALLOWED_MODULES=MODULE,
+        TIDINGS_RETRY_AFTER="5",
+    )
+    return env
+
+
+def wait_http(url: str, proc: Proc, timeout_s: float = 20.0) -> None:
+    def up() -> bool:
+        if not proc.alive():
+            raise AssertionError(f"{proc.args} exited:\n{proc.tail()}")
+        try:
+            return httpx.get(url, timeout=1.0).status_code < 500
+        except httpx.TransportError:
+            return False
+
+    wait_for(up, timeout_s, 0.1, message=f"{url} to answer")
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} missing: install Debian's chromium (.ci/run does)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def app(redis_url: str, prefix: str) -> Iterator[App]:
+    a = App(env=False, redis_url=redis_url, key=KEY, prefix=prefix, allowed_modules=MODULE)
+    try:
+        yield a
+    finally:
+        a.close()
+
+
+def test_dashboard_pages_retry_and_escaping(
+    app: App,
+    redis_url: str,
+    prefix: str,
+    redis_client: redis.Redis,
+    spawn_proc: Spawn,
+    browser: object,
+) -> None:
+    from playwright.sync_api import Browser, expect
+
+    assert isinstance(browser, Browser)
+    if ARTIFACTS.exists():
+        shutil.rmtree(ARTIFACTS)
+    ARTIFACTS.mkdir(parents=True)
+    env = env_for(redis_url, prefix)
+    dash_port, metrics_port = free_port(), free_port()
+    dash = spawn_proc([NOTIFY_WORKER, "-A", APP_SPEC, "dashboard", "--port", str(dash_port)],
+                      name="dashboard", env=env, cwd=ROOT)  # fmt: skip
+    worker = spawn_proc([NOTIFY_WORKER, "-A", APP_SPEC, "--sleep", "1", "--concurrency", "4",
+                         "--metrics-port", str(metrics_port)],
+                        name="worker", env=env, cwd=ROOT)  # fmt: skip
+    base = f"http://127.0.0.1:{dash_port}"
+    wait_http(base + "/", dash)
+
+    quick = app.dispatch_many([Quick(i) for i in range(25)])
+    flaky = Flaky("a").dispatch()
+    hostile = Hostile("<b>bold</b>", "hunter2-very-secret", "sk_live_0123456789").dispatch()
+    batch([Quick(100 + i) for i in range(5)]).name("<i>nightly</i> import").dispatch()
+    assert flaky and hostile
+    rq = app.queue_for(None)
+    wait_for(lambda: rq.sizes(["default"])["default"]["failed"] == 2, 20, message="2 failed")
+    wait_for(lambda: app.job_status(quick[-1]) == "done", 20)
+    # the banner named the queues, the masked Redis URL and the pid
+    wait_for(lambda: f"pid {worker.pid}" in worker.output(), 10, message="banner")
+    assert "queues:      default" in worker.output()
+
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+    # queues: sizes, last-hour figures and charts
+    def measured() -> int:
+        return summed(series(redis_client, prefix, "default")).processed
+
+    wait_for(lambda: measured() >= 30, 10, message="30 runs measured")
+    page.goto(base + "/")
+    expect(page.locator("#queues")).to_contain_text("default")
+    row = page.locator("#queues tbody tr").first.inner_text()
+    assert "30" in row.split() or "31" in row.split(), row
+    assert page.locator("svg.chart").count() >= 3
+    page.screenshot(path=str(ARTIFACTS / "queues.png"), full_page=True)
+
+    page.goto(base + "/queues/default")
+    expect(page.locator("#classes")).to_contain_text("Quick")
+    page.screenshot(path=str(ARTIFACTS / "queue-classes.png"), full_page=True)
+
+    page.goto(base + "/workers")
+    expect(page.locator("#workers")).to_contain_text(str(worker.pid))
+    page.screenshot(path=str(ARTIFACTS / "workers.png"), full_page=True)
+
+    page.goto(base + "/batches")
+    expect(page.locator("#batches")).to_contain_text("<i>nightly</i> import")  # escaped
+    assert page.locator("#batches i").count() == 0
+    page.screenshot(path=str(ARTIFACTS / "batches.png"), full_page=True)
+
+    # failed jobs: hostile data is text, never markup or script
+    page.goto(base + "/failed")
+    expect(page.locator("#failed tbody tr")).to_have_count(2)
+    expect(page.locator("#failed")).to_contain_text("<img src=x onerror=alert(1)>Hostile")
+    assert page.locator("#main img").count() == 0
+    page.screenshot(path=str(ARTIFACTS / "failed.png"), full_page=True)
+    page.goto(base + "/failed?class=hostile")
+    expect(page.locator("#failed tbody tr")).to_have_count(1)
+
+    page.goto(f"{base}/failed/{hostile}")
+    payload = page.locator("pre.payload").inner_text()
+    assert "hunter2-very-secret" not in page.content() and "sk_live_0123456789" not in page.content()
+    assert "[REDACTED]" in payload and "<b>bold</b>" in payload
+    expect(page.locator("pre.trace")).to_contain_text("<script>alert('boom')</script>")
+    assert page.locator("#main script, #main b").count() == 0
+    page.screenshot(path=str(ARTIFACTS / "failed-detail.png"), full_page=True)
+
+    # retry the flaky job from its page and see it run on the real worker
+    page.goto(f"{base}/failed/{flaky}")
+    expect(page.locator("pre.trace")).to_contain_text("not fixed yet")
+    redis_client.set(f"{prefix}:test:fixed", "1")
+    page.click("#retry-one")
+    expect(page.locator("#done")).to_contain_text("retried 1")
+    wait_for(lambda: redis_client.hget(f"{prefix}:test:ran", "a") == b"1", 15, message="re-run")
+    # the measurement reaches Redis with the worker's next flush (at most a second later)
+    wait_for(lambda: getattr(app.job_status(flaky), "outcome", None) == "processed", 10)
+    page.goto(f"{base}/jobs?id={flaky}")
+    expect(page.locator("#job")).to_contain_text("done")
+    expect(page.locator("#job")).to_contain_text("processed")
+    page.screenshot(path=str(ARTIFACTS / "job-status.png"), full_page=True)
+    page.goto(base + "/failed")
+    expect(page.locator("#failed tbody tr")).to_have_count(1)
+
+    # forget the hostile one (confirm dialogs are accepted only for "all")
+    page.locator(f'tr[data-id="{hostile}"] button.forget').click()
+    expect(page.locator("#done")).to_contain_text("forgot 1")
+    assert rq.find_failed(hostile) is None
+    assert dialogs == []
+
+    # Prometheus: the dashboard's (all workers, from Redis) and the worker's own
+    text = httpx.get(base + "/metrics", timeout=5).text
+    assert 'tidings_jobs_processed_total{job_class="Quick",queue="default"}' in text
+    assert "tidings_workers_alive 1.0" in text
+    assert 'tidings_queue_jobs{queue="default",state="failed"} 0.0' in text
+    own = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+    assert "tidings_job_runtime_seconds_bucket" in own and "tidings_job_wait_seconds_count" in own
+
+    # a worker that stops disappears from the workers page
+    worker.terminate()
+    assert worker.wait(15) == 0
+    page.goto(base + "/workers")
+    expect(page.locator("#main")).to_contain_text("No live workers")
+    page.close()
