@@ -6,15 +6,18 @@ Creating an App makes it current (as Celery's apps do), so the module helpers
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib
 import logging
 import sys
 import types
+import warnings
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tidings import _current
+from tidings import _current, after_commit
 from tidings.config import Settings
 from tidings.errors import PayloadRejected
 from tidings.events.call_queued import CallQueuedListener
@@ -31,6 +34,32 @@ from tidings.queue.signing import Signer, parse_keys
 from tidings.queue.unique import guard_for, push_guarded, push_guarded_async
 
 log = logging.getLogger("tidings.app")
+
+
+class BlockingDispatchWarning(RuntimeWarning):
+    """A sync push to Redis was made on a running event loop's thread."""
+
+
+_warned_blocking = False
+
+
+def warn_blocking() -> None:
+    """Warn once per process when a sync push runs on an event loop (it blocks it)."""
+    global _warned_blocking
+    if _warned_blocking:
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    _warned_blocking = True
+    warnings.warn(
+        "a sync dispatch (event(), job.dispatch(), user.notify()) ran on a running event "
+        "loop and blocked it on Redis: use `await app.dispatch_async(e)`, "
+        "`await job.dispatch_async()` or `await user.notify_async(n)` in async code",
+        BlockingDispatchWarning,
+        stacklevel=4,
+    )
 
 
 def _caller_package() -> str | None:
@@ -74,6 +103,20 @@ class App:
         self.channel_limits: dict[str, Any] = {}  # channel -> RateLimited (rate_limit)
         self.schedules: list[Any] = []  # Schedule entries (schedule)
         self._notifications: Any = None
+        # Called around every sync job (and model load) in a worker thread: the Django
+        # integration closes stale database connections there (see wrap_thread_call).
+        self.thread_call_wrappers: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = []
+        if self.settings.mail_allow_test_domains:
+            from tidings.notifications.validation import allow_test_domains
+
+            allow_test_domains(True)
+        import tidings.contrib.models  # noqa: F401  (registers the model/Pydantic extensions)
+
+        if "sqlalchemy.orm" in sys.modules:
+            from tidings.contrib.sqlalchemy import install
+
+            install()  # after-commit dispatch on SQLAlchemy sessions
+
         self.make_current()
 
     @classmethod
@@ -136,7 +179,8 @@ class App:
         module, _, qualname = path.partition(":")
         if not module or not qualname or not self.is_allowed(module):
             raise PayloadRejected(
-                f"unknown job type {path!r}: not under the allowed modules {self._allowed}"
+                f"unknown job type {path!r}: not under the allowed modules {self._allowed}; "
+                "add its package to TIDINGS_ALLOWED_MODULES (App(allowed_modules=[...]))"
             )
         try:
             obj: Any = importlib.import_module(module)
@@ -154,7 +198,7 @@ class App:
         if isinstance(obj, type | types.FunctionType) and not self.is_allowed(obj.__module__):
             raise PayloadRejected(
                 f"unknown job type {path!r}: defined in {obj.__module__!r}, "
-                "outside the allowed modules"
+                "outside the allowed modules; add its package to TIDINGS_ALLOWED_MODULES"
             )
         # Only successes are cached: the allow-list check above ran once for this path.
         self._resolved[path] = obj
@@ -253,18 +297,43 @@ class App:
         self._queues_used.add(queue)
         return self.queue_for(conn), queue, job_id, envelope, delay
 
+    def _deferrer(self, pending: PendingDispatch) -> after_commit.Deferrer | None:
+        """Where to hold this push until commit (None: push now); see
+        :mod:`tidings.after_commit`."""
+        if not after_commit.wants_after_commit(
+            pending.job.option_source(), self.settings.after_commit
+        ):
+            return None
+        return after_commit.deferrer()
+
     def push_pending(self, pending: PendingDispatch) -> str | None:
-        """Push a job with its dispatch options; returns its id (None: a unique duplicate)."""
+        """Push a job with its dispatch options; returns its id (None: a unique duplicate,
+        or a unique job held until commit)."""
         guard = guard_for(pending.job)
+        defer = self._deferrer(pending)
         if guard is not None:
+            if defer is not None:
+                defer(lambda: push_guarded(self, pending, guard))
+                return None
+            warn_blocking()
             return push_guarded(self, pending, guard)
         rq, queue, job_id, envelope, delay = self._prepared(pending)
-        rq.push(queue, [(job_id, envelope)], delay)
-        self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
+
+        def push() -> None:
+            rq.push(queue, [(job_id, envelope)], delay)
+            self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
+
+        if defer is not None:
+            defer(push)
+        else:
+            warn_blocking()
+            push()
         return job_id
 
     async def push_pending_async(self, pending: PendingDispatch) -> str | None:
         """Async twin of :meth:`push_pending`."""
+        if self._deferrer(pending) is not None:
+            return self.push_pending(pending)
         guard = guard_for(pending.job)
         if guard is not None:
             return await push_guarded_async(self, pending, guard)
@@ -278,12 +347,25 @@ class App:
     ) -> tuple[list[str], dict[Any, list[tuple[str, bytes]]]]:
         ids: list[str] = []
         groups: dict[Any, list[tuple[str, bytes]]] = {}
+        held: dict[Any, list[tuple[str, bytes]]] = {}
+        defer: after_commit.Deferrer | None = None
         for item in jobs:
             pending = item if isinstance(item, PendingDispatch) else PendingDispatch(item)
             rq, queue, job_id, envelope, delay = self._prepared(pending)
-            groups.setdefault((id(rq), rq, queue, delay), []).append((job_id, envelope))
+            later = self._deferrer(pending)
+            target = groups if later is None else held
+            defer = later or defer
+            target.setdefault((id(rq), rq, queue, delay), []).append((job_id, envelope))
             ids.append(job_id)
+        if defer is not None and held:
+            defer(lambda: self._push_groups(held, 1000))
         return ids, groups
+
+    @staticmethod
+    def _push_groups(groups: dict[Any, list[tuple[str, bytes]]], batch_size: int) -> None:
+        for (_, rq, queue, delay), items in groups.items():
+            for start in range(0, len(items), batch_size):
+                rq.push(queue, items[start : start + batch_size], delay)
 
     def dispatch_many(
         self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000
@@ -294,9 +376,9 @@ class App:
         leaves the queues untouched.
         """
         ids, groups = self._grouped(jobs)
-        for (_, rq, queue, delay), items in groups.items():
-            for start in range(0, len(items), batch_size):
-                rq.push(queue, items[start : start + batch_size], delay)
+        if groups:
+            warn_blocking()
+        self._push_groups(groups, batch_size)
         return ids
 
     async def dispatch_many_async(
@@ -406,6 +488,37 @@ class App:
     def extend_channel(self, name: str, factory: Callable[..., Any]) -> None:
         """Add a notification channel: a class with ``async send(notifiable, notification)``."""
         self.notifications.channels.extend(name, factory)
+
+    # -- integrations ------------------------------------------------------------------
+
+    def wrap_thread_call(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` wrapped by :attr:`thread_call_wrappers` (a worker calls it in the
+        thread that runs a sync job or loads its model arguments)."""
+        for wrap in reversed(self.thread_call_wrappers):
+            fn = wrap(fn)
+        return fn
+
+    def skips_missing_model(self, job_cls: type[Any], data: Any) -> bool:
+        """Whether a job whose model argument is gone is dropped (True) or failed.
+
+        ``delete_when_missing_models`` on the job class, the queued listener or the
+        notification wins; else the ``missing_models`` setting (``fail`` / ``skip``).
+        """
+        sources: list[Any] = [job_cls]
+        fields = data.get("f") if isinstance(data, dict) else None
+        if isinstance(fields, dict):
+            listener = fields.get("listener")
+            note = fields.get("notification")
+            paths = [listener, note.get("c") if isinstance(note, dict) else None]
+            for path in paths:
+                if isinstance(path, str):
+                    with contextlib.suppress(PayloadRejected):
+                        sources.append(self.resolve_class(path))
+        for source in reversed(sources):
+            value = getattr(source, "delete_when_missing_models", None)
+            if value is not None:
+                return bool(value)
+        return self.settings.missing_models == "skip"
 
     def close(self) -> None:
         """Close sync Redis connections."""

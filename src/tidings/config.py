@@ -35,6 +35,9 @@ class Settings:
     max_payload_bytes: int = 1024 * 1024
     connections: dict[str, str] = field(default_factory=dict)
     embedded: bool = False
+    after_commit: bool = False
+    missing_models: str = "fail"
+    mail_allow_test_domains: bool = False
 
     @classmethod
     def resolve(
@@ -89,6 +92,17 @@ class Settings:
         value = get("webhook_allow_private")
         if value is not None:
             settings.webhook_allow_private = value is True or str(value).lower() in _TRUE
+        for name in ("after_commit", "mail_allow_test_domains"):
+            value = get(name)
+            if value is not None:
+                setattr(settings, name, value is True or str(value).lower() in _TRUE)
+        value = get("missing_models")
+        if value is not None:
+            if str(value) not in ("fail", "skip"):
+                raise ConfigurationError(
+                    f"TIDINGS_MISSING_MODELS must be 'fail' or 'skip', not {value!r}"
+                )
+            settings.missing_models = str(value)
         conns = options.get("connections")
         if isinstance(conns, Mapping):
             settings.connections = {str(k): str(v) for k, v in conns.items()}

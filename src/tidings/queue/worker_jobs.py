@@ -24,10 +24,17 @@ import logging
 import os
 import signal
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from tidings import _clock
-from tidings.errors import JobTimeout, MaxAttemptsExceeded, PayloadRejected, SerializationError
+from tidings.errors import (
+    JobTimeout,
+    MaxAttemptsExceeded,
+    ModelNotFound,
+    PayloadRejected,
+    SerializationError,
+)
 from tidings.queue import serializer
 from tidings.queue.backoff import delay_for
 from tidings.queue.broker import Reserved
@@ -94,9 +101,23 @@ class JobRunner(WorkerBase):
             cls = self.host.resolve_class(body["job"])
             if not (isinstance(cls, type) and issubclass(cls, Job)):
                 raise PayloadRejected(f"unknown job type {body['job']!r}: not a Job class")
-            job = serializer.decode(body["data"], self.host.resolve_class)
+            try:
+                job = serializer.decode(body["data"], self.host.resolve_class)
+            except serializer.NeedsThread:
+                # A model argument loads from its database: off the loop (Django refuses
+                # ORM calls on it), through the host's per-thread wrapper.
+                resolve = self.host.resolve_class
+                job = await self._in_thread(serializer.decode, body["data"], resolve)
             if not isinstance(job, cls):
                 raise PayloadRejected("malformed payload: data does not hold the named job")
+        except ModelNotFound as exc:
+            if getattr(self.host, "skips_missing_model", lambda *_: False)(cls, body["data"]):
+                log.info("%s skipped: %s", res.id, exc)
+                self._acks.setdefault(res.queue, []).append(res.id)
+                self._ack_event.set()
+                return
+            await self._fail(res, body, None, exc, t0)
+            return
         except (PayloadRejected, SerializationError) as exc:
             await self._fail(res, body, None, exc, t0)
             return
@@ -171,7 +192,7 @@ class JobRunner(WorkerBase):
         ctx = contextvars.copy_context()
         ctx.run(_run.set, run)
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(self._executor, ctx.run, handle)
+        fut = loop.run_in_executor(self._executor, ctx.run, self._wrapped(handle))
         self._threads_busy += 1
         fut.add_done_callback(self._thread_done)
         done, _ = await asyncio.wait({fut}, timeout=limit)
@@ -187,6 +208,17 @@ class JobRunner(WorkerBase):
         if inspect.isawaitable(result):
             return await result
         return result
+
+    def _wrapped(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` inside the host's per-thread wrapper (the Django integration closes
+        stale database connections around it)."""
+        wrap = getattr(self.host, "wrap_thread_call", None)
+        return fn if wrap is None else wrap(fn)
+
+    async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        ctx = contextvars.copy_context()
+        return await loop.run_in_executor(self._executor, ctx.run, self._wrapped(fn), *args)
 
     def _thread_done(self, _fut: asyncio.Future[Any]) -> None:
         self._threads_busy -= 1

@@ -1,0 +1,99 @@
+"""SQLAlchemy: after-commit dispatch on ORM sessions, and the sessions that reload
+mapped objects in a worker.
+
+``install()`` (called by every App when SQLAlchemy is imported, and by the Flask and
+FastAPI helpers) listens to the events of every ``Session``. A push whose job,
+listener or notification has ``after_commit = True`` made while a session of this
+thread or task has a transaction that was begun explicitly (``with session.begin():``)
+or holds writes (pending changes, or a flush) waits in ``session.info`` for that
+transaction: pushed after it commits, dropped when it rolls back or the session closes
+without a commit. A session that only read (SQLAlchemy begins a transaction for every
+query) does not hold pushes back.
+
+``use_sessions(sessionmaker)`` tells the worker how to open a session to load mapped
+objects given as arguments (see :mod:`tidings.contrib.models`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+from tidings import after_commit
+from tidings.contrib.models import use_sqlalchemy_sessions
+
+_PENDING = "tidings_after_commit"
+_WROTE = "tidings_wrote"
+# Sessions with a transaction open in this context, innermost last.
+_open: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
+    "tidings_sqlalchemy_sessions", default=()
+)
+_installed = False
+
+
+def use_sessions(factory: Any) -> None:
+    """The ``sessionmaker`` a worker opens to reload mapped objects given as arguments."""
+    use_sqlalchemy_sessions(factory)
+
+
+def _root(transaction: Any) -> bool:
+    return transaction.parent is None
+
+
+def _after_transaction_create(session: Any, transaction: Any) -> None:
+    if _root(transaction):
+        session.info[_WROTE] = False
+        _open.set((*(s for s in _open.get() if s is not session), session))
+
+
+def _after_flush(session: Any, _ctx: Any) -> None:
+    session.info[_WROTE] = True
+
+
+def _after_commit(session: Any) -> None:
+    callbacks = session.info.pop(_PENDING, [])
+    for callback in callbacks:
+        callback()
+
+
+def _after_transaction_end(session: Any, transaction: Any) -> None:
+    if not _root(transaction):
+        return
+    # Committed ones ran in after_commit; what is left was rolled back (or closed).
+    session.info.pop(_PENDING, None)
+    session.info[_WROTE] = False
+    _open.set(tuple(s for s in _open.get() if s is not session))
+
+
+def _holding(session: Any) -> bool:
+    tx = session.get_transaction()
+    if tx is None or not tx.is_active:
+        return False
+    explicit = getattr(tx, "origin", None)
+    begun = explicit is not None and explicit.name == "BEGIN"
+    dirty = bool(session.new or session.dirty or session.deleted)
+    return begun or dirty or bool(session.info.get(_WROTE))
+
+
+def _hook() -> after_commit.Deferrer | None:
+    for session in reversed(_open.get()):
+        if _holding(session):
+            pending: list[after_commit.Callback] = session.info.setdefault(_PENDING, [])
+            return pending.append
+    return None
+
+
+def install() -> None:
+    """Listen to every Session's transaction events (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    from sqlalchemy import event
+    from sqlalchemy.orm import Session
+
+    event.listen(Session, "after_transaction_create", _after_transaction_create)
+    event.listen(Session, "after_flush", _after_flush)
+    event.listen(Session, "after_commit", _after_commit)
+    event.listen(Session, "after_transaction_end", _after_transaction_end)
+    after_commit.register_hook(_hook)
+    _installed = True
