@@ -520,6 +520,21 @@ class App:
                 return bool(value)
         return self.settings.missing_models == "skip"
 
+    async def aopen(self) -> None:
+        """Open this event loop's Redis client and check it answers (fail at start-up,
+        not at the first dispatch)."""
+        await self.queue_for(None).aclient().ping()
+
+    async def aclose(self) -> None:
+        """Close this event loop's Redis clients and channels, then the sync ones."""
+        loop = asyncio.get_running_loop()
+        for rq in self._queues.values():
+            client = rq._async.pop(loop, None)
+            if client is not None:
+                await client.aclose()
+        await self.worker_stopped(None)
+        self.close()
+
     def close(self) -> None:
         """Close sync Redis connections."""
         for rq in self._queues.values():
