@@ -47,7 +47,9 @@ class Receipt(Notification, ShouldQueue):
         return ["mail"]
 
     def to_mail(self, notifiable: object) -> MailMessage:
-        return MailMessage().subject(f"Order {self.order.id}").line(f"You bought {self.order.item}.")
+        return (
+            MailMessage().subject(f"Order {self.order.id}").line(f"You bought {self.order.item}.")
+        )
 
 
 class SendReceipt(Listener, ShouldQueue):

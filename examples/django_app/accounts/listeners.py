@@ -1,10 +1,9 @@
 """Discovered by tidings.contrib.django: every Listener here is registered for the event
 its ``handle`` takes."""
 
-from tidings import Listener, ShouldQueue
-
 from accounts.events import UserRegistered
 from accounts.notifications import Welcome
+from tidings import Listener, ShouldQueue
 
 
 class SendWelcome(Listener, ShouldQueue):

@@ -1,7 +1,6 @@
+from accounts.models import User
 from tidings import ShouldQueue
 from tidings.notifications import MailMessage, Notification
-
-from accounts.models import User
 
 
 class Welcome(Notification, ShouldQueue):

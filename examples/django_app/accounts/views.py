@@ -3,10 +3,9 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from tidings import event
-
 from accounts.events import UserRegistered
 from accounts.models import User
+from tidings import event
 
 
 @csrf_exempt

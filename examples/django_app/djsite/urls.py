@@ -1,6 +1,5 @@
-from django.urls import path
-
 from accounts import views
+from django.urls import path
 
 urlpatterns = [
     path("signup", views.signup),
