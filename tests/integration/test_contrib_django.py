@@ -46,7 +46,11 @@ def _run(project: Path, code: str, redis_url: str, prefix: str, **extra: str) ->
     )
     script = "import django\ndjango.setup()\n" + textwrap.dedent(code)
     done = subprocess.run(
-        [sys.executable, "-c", script], cwd=project, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", script],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
@@ -54,7 +58,9 @@ def _run(project: Path, code: str, redis_url: str, prefix: str, **extra: str) ->
 
 
 def test_the_app_comes_from_settings(project: Path, redis_url: str, prefix: str) -> None:
-    out = _run(project, """
+    out = _run(
+        project,
+        """
         from tidings.contrib.django import get_app
         from accounts.events import UserRegistered
         from accounts.listeners import SendWelcome
@@ -67,11 +73,13 @@ def test_the_app_comes_from_settings(project: Path, redis_url: str, prefix: str)
             app.resolve_class("elsewhere.jobs:Job")
         except PayloadRejected as exc:
             print(exc)
-    """, redis_url, prefix)
+    """,
+        redis_url,
+        prefix,
+    )
     lines = out.splitlines()
     assert lines[0] == (
-        "('django.contrib.contenttypes', 'accounts', 'tidings.contrib.django', 'djsite', "
-        "'tidings')"
+        "('django.contrib.contenttypes', 'accounts', 'tidings.contrib.django', 'djsite', 'tidings')"
     )
     assert lines[1:3] == ["True True", "True"]
     assert "add its package to TIDINGS_ALLOWED_MODULES" in lines[3]
@@ -82,8 +90,12 @@ def test_unknown_settings_keys_are_refused(project: Path, redis_url: str, prefix
     settings.write_text(settings.read_text() + '\nTIDINGS["redis"] = "typo"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDINGS_")}
     done = subprocess.run(
-        [sys.executable, "manage.py", "check"], cwd=project, env=env, capture_output=True,
-        text=True, timeout=120,
+        [sys.executable, "manage.py", "check"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode != 0
     assert "settings.TIDINGS has unknown keys ['redis']" in done.stderr
@@ -91,7 +103,9 @@ def test_unknown_settings_keys_are_refused(project: Path, redis_url: str, prefix
 
 
 def test_models_load_by_key_in_a_thread(project: Path, redis_url: str, prefix: str) -> None:
-    out = _run(project, """
+    out = _run(
+        project,
+        """
         import asyncio, threading
         from django.core.management import call_command
         call_command("migrate", verbosity=0)
@@ -117,7 +131,10 @@ def test_models_load_by_key_in_a_thread(project: Path, redis_url: str, prefix: s
             serializer.decode(data, app.resolve_class)
         except serializer.SerializationError as exc:
             print(type(exc).__name__)
-    """, redis_url, prefix)
+    """,
+        redis_url,
+        prefix,
+    )
     lines = out.splitlines()
     assert lines[0] == "{'__t': 'x', 'x': 'django', 'c': 'accounts.models:User', 'v': {'pk': 1}}"
     assert lines[1:] == ["needs thread", "User True ada@myapp.test", "ModelNotFound"]
@@ -126,7 +143,9 @@ def test_models_load_by_key_in_a_thread(project: Path, redis_url: str, prefix: s
 def test_stale_connections_are_closed_around_jobs(
     project: Path, redis_url: str, prefix: str
 ) -> None:
-    out = _run(project, """
+    out = _run(
+        project,
+        """
         from django.db import connection
         from django.conf import settings
         from tidings.contrib.django import get_app
@@ -139,12 +158,17 @@ def test_stale_connections_are_closed_around_jobs(
         connection.close()
         wrapped = get_app().wrap_thread_call(job)
         print(wrapped(), connection.connection is None)  # wrapped: closed after the job
-    """, redis_url, prefix)
+    """,
+        redis_url,
+        prefix,
+    )
     assert out.splitlines() == ["True True", "True True"]
 
 
 def test_pushes_wait_for_on_commit(project: Path, redis_url: str, prefix: str) -> None:
-    out = _run(project, """
+    out = _run(
+        project,
+        """
         from django.core.management import call_command
         from django.db import transaction
         call_command("migrate", verbosity=0)
@@ -169,14 +193,22 @@ def test_pushes_wait_for_on_commit(project: Path, redis_url: str, prefix: str) -
         user = User.objects.get(email="a@myapp.test")
         event(UserRegistered(user))  # autocommit, no atomic block: at once
         print("outside", ready())
-    """, redis_url, prefix)
+    """,
+        redis_url,
+        prefix,
+    )
     assert out.splitlines() == ["inside 0", "committed 1", "rolled back 1", "outside 2"]
 
 
 def test_notify_worker_finds_the_django_app(project: Path, redis_url: str, prefix: str) -> None:
-    out = _run(project, """
+    out = _run(
+        project,
+        """
         from tidings.cli import load_app
         from tidings.contrib.django import get_app
         print(load_app(None) is get_app())
-    """, redis_url, prefix)
+    """,
+        redis_url,
+        prefix,
+    )
     assert out.strip() == "True"

@@ -56,7 +56,9 @@ class AccountJob(Job):
     account: Account
 
     def handle(self) -> None:
-        SEEN.append(("account", (self.account.id, self.account.email), threading.current_thread().name))
+        SEEN.append(
+            ("account", (self.account.id, self.account.email), threading.current_thread().name)
+        )
 
 
 @dataclass
@@ -145,7 +147,9 @@ def test_a_mapped_object_is_stored_by_key_and_reloaded_in_a_worker_thread(
     acc = _account(db, "ada@example.org")
     data = serializer.encode(AccountJob(acc))
     assert data["f"]["account"] == {
-        "__t": "x", "x": "sqlalchemy", "c": "tests.integration.test_contrib_models:Account",
+        "__t": "x",
+        "x": "sqlalchemy",
+        "c": "tests.integration.test_contrib_models:Account",
         "v": {"pk": [acc.id]},
     }
     with db.begin() as session:  # changed after dispatch: the worker sees the new row
@@ -239,13 +243,16 @@ def test_after_commit_waits_for_commit_and_drops_on_rollback(
 def test_the_app_wide_default_and_notifications_use_after_commit(
     redis_url: str, prefix: str, db: sessionmaker[Any]
 ) -> None:
-    app = App(redis_url=redis_url, key=KEY, prefix=prefix, allowed_modules=["tests"],
-              after_commit=True)
+    app = App(
+        redis_url=redis_url, key=KEY, prefix=prefix, allowed_modules=["tests"], after_commit=True
+    )
     try:
         with db.begin() as session:
             session.add(Account(email="a@example.org"))
             SignupJob(Signup(email="a@example.org", at=dt.datetime.now(dt.UTC))).dispatch()
-            ids = app.dispatch_many([NowJob(1), SignupJob(Signup(email="b@x.org", at=dt.datetime.now(dt.UTC)))])
+            ids = app.dispatch_many(
+                [NowJob(1), SignupJob(Signup(email="b@x.org", at=dt.datetime.now(dt.UTC)))]
+            )
             assert len(ids) == 2
             assert _ready(app) == 1  # NowJob opts out
         assert _ready(app) == 3
@@ -271,7 +278,7 @@ def test_a_pydantic_payload_that_no_longer_validates_fails_named() -> None:
     data = serializer.encode(Signup(email="a@x.org", at=dt.datetime.now(dt.UTC)))
     assert data["x"] == "pydantic" and isinstance(data["v"]["at"], str)
     data["v"]["at"] = "not a time"
-    with pytest.raises(SerializationError, match="malformed 'x' value.*at"):
+    with pytest.raises(SerializationError, match=r"malformed 'x' value.*at"):
         serializer.decode(data, lambda p: Signup)
 
 
