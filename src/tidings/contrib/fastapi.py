@@ -55,8 +55,8 @@ def lifespan(
             from tidings.contrib.sqlalchemy import install
 
             install()
-        await app.aopen()
         try:
+            await app.aopen()
             yield {"tidings": app}
         finally:
             await app.aclose()
