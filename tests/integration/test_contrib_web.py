@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-import pytest
 import httpx
+import pytest
 from fastapi import FastAPI
 from flask import Flask
 
