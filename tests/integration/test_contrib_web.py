@@ -11,7 +11,7 @@ import pytest
 from fastapi import FastAPI
 from flask import Flask
 
-from tidings import App, ConfigurationError, ValidationError
+from tidings import App, ConfigurationError, QueueUnavailable, ValidationError
 from tidings.config import Settings
 from tidings.contrib.fastapi import lifespan
 from tidings.contrib.flask import Tidings, options_from_config
@@ -65,7 +65,7 @@ def test_the_lifespan_fails_start_up_when_redis_is_unreachable(prefix: str) -> N
         async with api.router.lifespan_context(api):
             pass
 
-    with pytest.raises(Exception, match="(?i)connect"):
+    with pytest.raises(QueueUnavailable, match=r"(?i)connect"):
         asyncio.run(start())
 
 
