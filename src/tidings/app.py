@@ -523,7 +523,16 @@ class App:
     async def aopen(self) -> None:
         """Open this event loop's Redis client and check it answers (fail at start-up,
         not at the first dispatch)."""
-        await self.queue_for(None).aclient().ping()
+        import redis
+
+        from tidings.errors import QueueUnavailable
+
+        try:
+            await self.queue_for(None).aclient().ping()
+        except redis.RedisError as exc:
+            raise QueueUnavailable(
+                f"Redis did not answer at start-up ({exc}); check TIDINGS_REDIS_URL"
+            ) from exc
 
     async def aclose(self) -> None:
         """Close this event loop's Redis clients and channels, then the sync ones."""
