@@ -298,3 +298,41 @@ def test_a_sync_push_on_a_running_loop_warns_once(app: App) -> None:
     assert len(blocking) == 1
     assert "await app.dispatch_async(e)" in str(blocking[0].message)
     assert _ready(app) == 2  # still pushed
+
+
+def test_a_rolled_back_savepoint_drops_its_pushes_and_a_released_one_waits(
+    app: App, db: sessionmaker[Any]
+) -> None:
+    with db.begin() as session:
+        session.add(Account(email="outer@example.org"))
+        LaterJob(1).dispatch()
+        try:
+            with session.begin_nested():
+                session.add(Account(email="inner@example.org"))
+                LaterJob(2).dispatch()
+                raise RuntimeError("roll the savepoint back")
+        except RuntimeError:
+            pass
+        with session.begin_nested():
+            LaterJob(3).dispatch()
+        assert _ready(app) == 0  # a released savepoint is not a commit
+    assert _ready(app) == 2
+    _work(app)
+    assert sorted(s[1] for s in SEEN) == [1, 3]
+
+
+def test_one_failing_push_at_commit_does_not_cost_the_others(
+    app: App, db: sessionmaker[Any], redis_url: str, prefix: str
+) -> None:
+    from tidings.errors import QueueUnavailable
+
+    app.settings.connections["down"] = "redis://127.0.0.1:1/0"
+
+    with pytest.raises(QueueUnavailable), db.begin() as session:
+        session.add(Account(email="a@example.org"))
+        LaterJob(1).dispatch()
+        LaterJob(9).on_connection("down").dispatch()  # held: Redis is not asked yet
+        LaterJob(2).dispatch()
+    assert _ready(app) == 2
+    with db() as reader:  # the rows were committed
+        assert reader.query(Account).count() == 1

@@ -7,8 +7,12 @@ listener or notification has ``after_commit = True`` made while a session of thi
 thread or task has a transaction that was begun explicitly (``with session.begin():``)
 or holds writes (pending changes, or a flush) waits in ``session.info`` for that
 transaction: pushed after it commits, dropped when it rolls back or the session closes
-without a commit. A session that only read (SQLAlchemy begins a transaction for every
-query) does not hold pushes back.
+without a commit. A push made inside a savepoint (``begin_nested()``) is dropped when
+that savepoint rolls back, and otherwise waits for the outermost commit. When several
+pushes wait for one commit and one fails (Redis unreachable), the others still go out
+and the first error is raised from ``commit()``; the database has committed by then.
+A session that only read (SQLAlchemy begins a transaction for every query) does not
+hold pushes back.
 
 ``use_sessions(sessionmaker)`` tells the worker how to open a session to load mapped
 objects given as arguments (see :mod:`tidings.contrib.models`).
@@ -24,6 +28,7 @@ from tidings.contrib.models import use_sqlalchemy_sessions
 
 _PENDING = "tidings_after_commit"
 _WROTE = "tidings_wrote"
+_COMMITTED = "tidings_committed"
 # Sessions with a transaction open in this context, innermost last.
 _open: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
     "tidings_sqlalchemy_sessions", default=()
@@ -51,18 +56,39 @@ def _after_flush(session: Any, _ctx: Any) -> None:
 
 
 def _after_commit(session: Any) -> None:
-    callbacks = session.info.pop(_PENDING, [])
-    for callback in callbacks:
-        callback()
+    # Fired for the root COMMIT and for each savepoint RELEASE, right before that
+    # transaction's after_transaction_end: remember that it committed.
+    session.info[_COMMITTED] = True
 
 
 def _after_transaction_end(session: Any, transaction: Any) -> None:
+    committed = session.info.pop(_COMMITTED, False)
+    pending: dict[Any, list[after_commit.Callback]] = session.info.get(_PENDING, {})
+    mine = pending.pop(transaction, [])
     if not _root(transaction):
+        # A savepoint: released, its pushes wait for the enclosing transaction; rolled
+        # back, they are dropped with it.
+        if committed and mine:
+            pending.setdefault(transaction.parent, []).extend(mine)
         return
-    # Committed ones ran in after_commit; what is left was rolled back (or closed).
     session.info.pop(_PENDING, None)
     session.info[_WROTE] = False
     _open.set(tuple(s for s in _open.get() if s is not session))
+    if committed:
+        _run_all(mine)
+
+
+def _run_all(callbacks: list[after_commit.Callback]) -> None:
+    """Run every held push; the first failure is raised after the others ran (the
+    commit has happened: one unreachable push must not cost the others theirs)."""
+    error: BaseException | None = None
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception as exc:
+            error = error or exc
+    if error is not None:
+        raise error
 
 
 def _holding(session: Any) -> bool:
@@ -78,8 +104,11 @@ def _holding(session: Any) -> bool:
 def _hook() -> after_commit.Deferrer | None:
     for session in reversed(_open.get()):
         if _holding(session):
-            pending: list[after_commit.Callback] = session.info.setdefault(_PENDING, [])
-            return pending.append
+            tx = session.get_nested_transaction() or session.get_transaction()
+            pending: dict[Any, list[after_commit.Callback]] = session.info.setdefault(
+                _PENDING, {}
+            )
+            return pending.setdefault(tx, []).append
     return None
 
 
