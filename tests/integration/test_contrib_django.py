@@ -126,6 +126,17 @@ def test_models_load_by_key_in_a_thread(project: Path, redis_url: str, prefix: s
             return await asyncio.to_thread(serializer.decode, data, app.resolve_class)
         again = asyncio.run(in_thread())
         print(type(again).__name__, again.pk == user.pk, again.email)
+        # Hand-written hooks on a model (the workaround) load off the loop too.
+        User.__queue_dump__ = lambda self: {"id": self.pk}
+        User.__queue_load__ = classmethod(lambda cls, d: cls.objects.get(pk=d["id"]))
+        hooked = {"__t": "m", "c": "accounts.models:User", "v": {"id": user.pk}}
+        async def hooked_on_loop():
+            return serializer.decode(hooked, app.resolve_class)
+        try:
+            asyncio.run(hooked_on_loop())
+        except serializer.NeedsThread:
+            print("hooks need thread")
+        del User.__queue_dump__, User.__queue_load__
         User.objects.filter(pk=user.pk).delete()
         try:
             serializer.decode(data, app.resolve_class)
@@ -137,7 +148,12 @@ def test_models_load_by_key_in_a_thread(project: Path, redis_url: str, prefix: s
     )
     lines = out.splitlines()
     assert lines[0] == "{'__t': 'x', 'x': 'django', 'c': 'accounts.models:User', 'v': {'pk': 1}}"
-    assert lines[1:] == ["needs thread", "User True ada@myapp.test", "ModelNotFound"]
+    assert lines[1:] == [
+        "needs thread",
+        "User True ada@myapp.test",
+        "hooks need thread",
+        "ModelNotFound",
+    ]
 
 
 def test_stale_connections_are_closed_around_jobs(

@@ -336,3 +336,44 @@ def test_one_failing_push_at_commit_does_not_cost_the_others(
     assert _ready(app) == 2
     with db() as reader:  # the rows were committed
         assert reader.query(Account).count() == 1
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"__t": "x", "x": "nope", "c": "m:C", "v": {}}, "no serializer extension 'nope'"),
+        (
+            {
+                "__t": "x",
+                "x": "pydantic",
+                "c": "tests.integration.test_contrib_models:Account",
+                "v": {},
+            },
+            "is not a class the 'pydantic' extension loads",
+        ),
+        (
+            {
+                "__t": "x",
+                "x": "sqlalchemy",
+                "c": "tests.integration.test_contrib_models:Signup",
+                "v": {"pk": [1]},
+            },
+            "is not a class the 'sqlalchemy' extension loads",
+        ),
+        ({"__t": "x", "x": "pydantic"}, "malformed 'x' value"),
+    ],
+)
+def test_garbage_extension_values_are_refused_by_name(data: Any, message: str) -> None:
+    import importlib
+
+    def resolve(path: str) -> Any:
+        module, _, name = path.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    with pytest.raises(SerializationError, match=message):
+        serializer.decode(data, resolve)
+
+
+def test_an_unsaved_object_cannot_be_queued(db: sessionmaker[Any]) -> None:
+    with pytest.raises(SerializationError, match="flush"):
+        serializer.encode(AccountJob(Account(email="new@example.org")))

@@ -381,6 +381,10 @@ def decode(data: Any, resolve: Resolver) -> Any:
             return obj
         if tag == "m":
             cls = _resolve_kind(resolve, data["c"], tag)
+            ext = _extension_for(cls) if _EXTENSIONS else None
+            if ext is not None and ext.blocking and _on_event_loop():
+                # A hand-written hook on an ORM model queries the database too.
+                raise NeedsThread(data["c"])
             return cls.__queue_load__(decode(data["v"], resolve))
         if tag == "x":
             return _load_extension(data, resolve)
