@@ -377,3 +377,37 @@ def test_garbage_extension_values_are_refused_by_name(data: Any, message: str) -
 def test_an_unsaved_object_cannot_be_queued(db: sessionmaker[Any]) -> None:
     with pytest.raises(SerializationError, match="flush"):
         serializer.encode(AccountJob(Account(email="new@example.org")))
+
+
+def test_async_sessions_hold_pushes_per_task(app: App, tmp_path: Path) -> None:
+    """Two requests on one event loop: each AsyncSession holds its own pushes (the
+    context variable follows each task into SQLAlchemy's greenlet)."""
+    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+    tsa.install()
+
+    async def main() -> list[int]:
+        engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'async.db'}")
+        async with engine.begin() as conn:
+            await conn.run_sync(Base.metadata.create_all)
+        factory = async_sessionmaker(engine)
+        both_open = asyncio.Event()
+        seen: list[int] = []
+
+        async def request(n: int, commit: bool) -> None:
+            async with factory() as session:
+                await session.begin()  # begun explicitly: pushes wait for it
+                await app.dispatch_async(LaterJob(n))
+                seen.append(_ready(app))
+                if len(seen) == 2:
+                    both_open.set()  # both transactions hold a push at once
+                await both_open.wait()
+                await (session.commit() if commit else session.rollback())
+
+        await asyncio.gather(request(1, True), request(2, False))
+        await engine.dispose()
+        return seen
+
+    assert asyncio.run(main()) == [0, 0]
+    _work(app)
+    assert [s[1] for s in SEEN] == [1]
