@@ -28,7 +28,7 @@ import pytest
 from sqlalchemy import String, create_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
-from tidings import App, Job, Listener, ShouldQueue
+from tidings import App, Job, Listener, ShouldQueue, queued
 from tidings.app import BlockingDispatchWarning
 from tidings.contrib import sqlalchemy as tsa
 from tidings.contrib.models import use_sqlalchemy_sessions
@@ -83,6 +83,11 @@ class SignupJob(Job):
 class OnSignup(Listener, ShouldQueue):
     def handle(self, e: Signup) -> None:
         SEEN.append(("listener", e, ""))
+
+
+@queued(after_commit=True)
+def later_listener(e: Signup) -> None:
+    SEEN.append(("fn", e.email, ""))
 
 
 @dataclass
@@ -411,3 +416,17 @@ def test_async_sessions_hold_pushes_per_task(app: App, tmp_path: Path) -> None:
     assert asyncio.run(main()) == [0, 0]
     _work(app)
     assert [s[1] for s in SEEN] == [1]
+
+
+def test_a_queued_function_takes_after_commit(app: App, db: sessionmaker[Any]) -> None:
+    app.listen(Signup, later_listener)
+    with pytest.raises(RuntimeError), db.begin() as session:
+        session.add(Account(email="a@example.org"))
+        app.dispatch(Signup(email="dropped@example.org", at=dt.datetime.now(dt.UTC)))
+        raise RuntimeError("roll back")
+    with db.begin() as session:
+        session.add(Account(email="b@example.org"))
+        app.dispatch(Signup(email="kept@example.org", at=dt.datetime.now(dt.UTC)))
+        assert _ready(app) == 0
+    _work(app)
+    assert SEEN == [("fn", "kept@example.org", "")]
