@@ -51,15 +51,21 @@ def _options() -> dict[str, Any]:
 
 
 def _in_atomic_block() -> after_commit.Deferrer | None:
-    from django.db import connection, transaction
+    """Defer to ``on_commit`` of the database whose ``atomic()`` block is open (the
+    default database first, then the others already connected in this thread)."""
+    from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
-    if not connection.in_atomic_block:
-        return None
+    aliases = [DEFAULT_DB_ALIAS] + [
+        c.alias for c in connections.all(initialized_only=True) if c.alias != DEFAULT_DB_ALIAS
+    ]
+    for alias in aliases:
+        if connections[alias].in_atomic_block:
 
-    def defer(callback: after_commit.Callback) -> None:
-        transaction.on_commit(callback)
+            def defer(callback: after_commit.Callback, using: str = alias) -> None:
+                transaction.on_commit(callback, using=using)
 
-    return defer
+            return defer
+    return None
 
 
 def _close_old_connections(fn: Callable[..., Any]) -> Callable[..., Any]:
