@@ -430,3 +430,21 @@ def test_a_queued_function_takes_after_commit(app: App, db: sessionmaker[Any]) -
         assert _ready(app) == 0
     _work(app)
     assert SEEN == [("fn", "kept@example.org", "")]
+
+
+def test_a_session_dropped_without_close_is_not_kept_alive(
+    app: App, db: sessionmaker[Any]
+) -> None:
+    import gc
+    import weakref
+
+    session = db()
+    session.add(Account(email="leak@example.org"))
+    session.flush()
+    LaterJob(1).dispatch()  # held by this session, which is then dropped
+    ref = weakref.ref(session)
+    del session
+    gc.collect()
+    assert ref() is None
+    LaterJob(2).dispatch()  # nothing open any more: at once
+    assert _ready(app) == 1

@@ -21,6 +21,7 @@ objects given as arguments (see :mod:`tidings.contrib.models`).
 from __future__ import annotations
 
 import contextvars
+import weakref
 from typing import Any
 
 from tidings import after_commit
@@ -29,10 +30,15 @@ from tidings.contrib.models import use_sqlalchemy_sessions
 _PENDING = "tidings_after_commit"
 _WROTE = "tidings_wrote"
 _COMMITTED = "tidings_committed"
-# Sessions with a transaction open in this context, innermost last.
-_open: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
+# Sessions with a transaction open in this context, innermost last (weakly: a session
+# dropped without close() must not be kept alive by this list).
+_open: contextvars.ContextVar[tuple[weakref.ref[Any], ...]] = contextvars.ContextVar(
     "tidings_sqlalchemy_sessions", default=()
 )
+
+
+def _others(session: Any) -> tuple[weakref.ref[Any], ...]:
+    return tuple(r for r in _open.get() if r() is not None and r() is not session)
 _installed = False
 
 
@@ -48,7 +54,7 @@ def _root(transaction: Any) -> bool:
 def _after_transaction_create(session: Any, transaction: Any) -> None:
     if _root(transaction):
         session.info[_WROTE] = False
-        _open.set((*(s for s in _open.get() if s is not session), session))
+        _open.set((*_others(session), weakref.ref(session)))
 
 
 def _after_flush(session: Any, _ctx: Any) -> None:
@@ -73,7 +79,7 @@ def _after_transaction_end(session: Any, transaction: Any) -> None:
         return
     session.info.pop(_PENDING, None)
     session.info[_WROTE] = False
-    _open.set(tuple(s for s in _open.get() if s is not session))
+    _open.set(_others(session))
     if committed:
         _run_all(mine)
 
@@ -102,8 +108,9 @@ def _holding(session: Any) -> bool:
 
 
 def _hook() -> after_commit.Deferrer | None:
-    for session in reversed(_open.get()):
-        if _holding(session):
+    for ref in reversed(_open.get()):
+        session = ref()
+        if session is not None and _holding(session):
             tx = session.get_nested_transaction() or session.get_transaction()
             pending: dict[Any, list[after_commit.Callback]] = session.info.setdefault(
                 _PENDING, {}
