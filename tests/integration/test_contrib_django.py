@@ -228,3 +228,36 @@ def test_notify_worker_finds_the_django_app(project: Path, redis_url: str, prefi
         prefix,
     )
     assert out.strip() == "True"
+
+
+def test_async_jobs_close_stale_connections_in_the_orm_thread(
+    project: Path, redis_url: str, prefix: str
+) -> None:
+    out = _run(project, """
+        import asyncio
+        from asgiref.sync import sync_to_async
+        from django.db import connections
+        from tidings.contrib.django import get_app
+        from tidings.contrib.django.setup import CloseOldConnections
+        assert any(isinstance(m, CloseOldConnections) for m in get_app().job_middleware)
+        class AsyncJob:
+            def runs_async(self):
+                return True
+        def open_conn():
+            connections["default"].ensure_connection()
+            return connections["default"].connection is not None
+        def is_open():
+            return connections["default"].connection is not None
+        def close():
+            connections["default"].close()
+        async def job():
+            return await sync_to_async(open_conn, thread_sensitive=True)()
+        async def main():
+            unwrapped = await job()
+            print(unwrapped, await sync_to_async(is_open, thread_sensitive=True)())
+            await sync_to_async(close, thread_sensitive=True)()
+            wrapped = await CloseOldConnections().handle(AsyncJob(), job)
+            print(wrapped, await sync_to_async(is_open, thread_sensitive=True)())
+        asyncio.run(main())
+    """, redis_url, prefix)
+    assert out.splitlines() == ["True True", "True False"]

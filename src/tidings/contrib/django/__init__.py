@@ -23,8 +23,9 @@ environment variables), made current, and:
   ``atomic()`` blocks (and drop on rollback);
 - Django models are stored by primary key and reloaded in the worker (see
   :mod:`tidings.contrib.models`);
-- the worker runs ``close_old_connections()`` before and after each sync job in the
-  thread that runs it, as Celery's Django fixup does, so a job never uses a
+- the worker runs ``close_old_connections()`` before and after each job in the thread
+  that runs it (sync handlers and model loads in the worker's threads, async handlers
+  in ``sync_to_async``'s thread), as Celery's Django fixup does, so a job never uses a
   connection the database closed.
 
 ``notify-worker`` with neither ``-A`` nor ``TIDINGS_APP`` but with

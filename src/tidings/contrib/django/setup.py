@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from tidings import after_commit
@@ -81,6 +81,26 @@ def _close_old_connections(fn: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+class CloseOldConnections:
+    """Job middleware: ``close_old_connections()`` around an ``async def handle``, in
+    the thread Django's ``sync_to_async`` runs ORM calls in (sync handlers and model
+    loads are wrapped in their own thread by :func:`_close_old_connections`)."""
+
+    async def handle(self, job: Any, nxt: Callable[[], Awaitable[Any]]) -> Any:
+        """Close stale connections before and after an async job."""
+        if not job.runs_async():
+            return await nxt()
+        from asgiref.sync import sync_to_async
+        from django.db import close_old_connections
+
+        close = sync_to_async(close_old_connections, thread_sensitive=True)
+        await close()
+        try:
+            return await nxt()
+        finally:
+            await close()
+
+
 def discover_listeners(app: App) -> list[str]:
     """Import each installed app's ``listeners`` module; returns the ones found."""
     from django.apps import apps
@@ -107,6 +127,7 @@ def app_from_settings() -> App:
     app = App(**_options())
     after_commit.register_hook(_in_atomic_block)
     app.thread_call_wrappers.append(_close_old_connections)
+    app.job_middleware.append(CloseOldConnections())
     _app = app
     discover_listeners(app)
     return app
