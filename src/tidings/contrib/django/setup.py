@@ -141,8 +141,9 @@ def get_app() -> App:
     """
     if _app is None:
         raise ConfigurationError(
-            "no tidings App: add 'tidings.contrib.django' to INSTALLED_APPS "
-            "(and run django.setup() outside manage.py)"
+            "no tidings App: add 'tidings.contrib.django' to INSTALLED_APPS (and run "
+            "django.setup() outside manage.py), or name your App with notify-worker -A "
+            "module:attribute / TIDINGS_APP"
         )
     return _app
 
