@@ -261,3 +261,20 @@ def test_async_jobs_close_stale_connections_in_the_orm_thread(
         asyncio.run(main())
     """, redis_url, prefix)
     assert out.splitlines() == ["True True", "True False"]
+
+
+def test_without_the_app_the_worker_says_what_to_add(
+    project: Path, redis_url: str, prefix: str
+) -> None:
+    settings = project / "djsite" / "settings.py"
+    settings.write_text(settings.read_text().replace('"tidings.contrib.django",', ""))
+    out = _run(project, """
+        from tidings.cli import load_app
+        from tidings.errors import ConfigurationError
+        try:
+            load_app(None)
+        except ConfigurationError as exc:
+            print(exc)
+    """, redis_url, prefix)
+    assert "add 'tidings.contrib.django' to INSTALLED_APPS" in out
+    assert "notify-worker -A" in out
