@@ -448,3 +448,53 @@ def test_a_session_dropped_without_close_is_not_kept_alive(
     assert ref() is None
     LaterJob(2).dispatch()  # nothing open any more: at once
     assert _ready(app) == 1
+
+
+class SlowThing:
+    """Stands for a model whose database hangs while the worker loads it."""
+
+    def __init__(self, key: int) -> None:
+        self.key = key
+
+
+class SlowModels:
+    name = "test-slow"
+    blocking = True
+
+    def claims(self, cls: type[Any]) -> bool:
+        return cls is SlowThing
+
+    def dump(self, value: Any) -> Any:
+        return {"key": value.key}
+
+    def load(self, cls: type[Any], data: Any) -> Any:
+        import time
+
+        time.sleep(data["key"])
+        return SlowThing(data["key"])
+
+
+@dataclass
+class SlowJob(Job):
+    thing: SlowThing
+    timeout = 0.3
+
+    def handle(self) -> None:
+        SEEN.append(("slow", self.thing.key, ""))
+
+
+def test_a_model_load_past_the_jobs_timeout_fails_it_and_recycles_the_worker(app: App) -> None:
+    """A hung database must not hold a job forever: the load runs under the job's
+    timeout; a thread cannot be cancelled, so the worker exits 13 for its supervisor."""
+    serializer.register_extension(SlowModels())
+    try:
+        SlowJob(SlowThing(2)).dispatch()
+        app.make_current()
+        worker = Worker(app, WorkerOptions(stop_when_empty=True, sleep_s=0.2, timeout_s=15.0))
+        assert asyncio.run(worker.run()) == 13
+    finally:
+        serializer._EXTENSIONS.pop("test-slow", None)
+        serializer._CLAIMED.clear()
+    assert SEEN == []
+    [record] = app.queue_for(None).failed()
+    assert "JobTimeout" in record.exception and "loading the job's models" in record.exception

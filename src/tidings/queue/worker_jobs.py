@@ -104,10 +104,7 @@ class JobRunner(WorkerBase):
             try:
                 job = serializer.decode(body["data"], self.host.resolve_class)
             except serializer.NeedsThread:
-                # A model argument loads from its database: off the loop (Django refuses
-                # ORM calls on it), through the host's per-thread wrapper.
-                resolve = self.host.resolve_class
-                job = await self._in_thread(serializer.decode, body["data"], resolve)
+                job = await self._load_models(res, body)
             if not isinstance(job, cls):
                 raise PayloadRejected("malformed payload: data does not hold the named job")
         except ModelNotFound as exc:
@@ -120,6 +117,10 @@ class JobRunner(WorkerBase):
             return
         except (PayloadRejected, SerializationError) as exc:
             await self._fail(res, body, None, exc, t0)
+            return
+        except JobTimeout as exc:  # a model load overran: retry or fail as a timeout
+            tries = body["maxTries"] if body["maxTries"] is not None else self.opts.tries
+            await self._on_exception(res, body, None, exc, tries, t0)
             return
         max_tries = body["maxTries"] if body["maxTries"] is not None else self.opts.tries
         until = body["retryUntil"]
@@ -209,6 +210,22 @@ class JobRunner(WorkerBase):
             return await result
         return result
 
+    async def _load_models(self, res: Reserved, body: JobBody) -> Any:
+        """Decode a payload whose model arguments load from a database: in a worker
+        thread (Django refuses ORM calls on the loop), through the host's per-thread
+        wrapper, within the job's timeout. A load that overruns it cannot be cancelled:
+        the worker stops with ``EXIT_STUCK``, as for a stuck sync job."""
+        timeout = body["timeout"] if body["timeout"] is not None else self.opts.timeout_s
+        limit = timeout if timeout and timeout > 0 else None
+        load = self._in_thread(serializer.decode, body["data"], self.host.resolve_class)
+        task = asyncio.ensure_future(load)
+        done, _ = await asyncio.wait({task}, timeout=limit)
+        if not done:
+            log.error("loading the models of %s overran %ss; the worker will exit", res.id, limit)
+            self.stop("a model load could not be cancelled after its timeout", EXIT_STUCK)
+            raise JobTimeout(f"loading the job's models took longer than its timeout of {limit}s")
+        return task.result()
+
     def _wrapped(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` inside the host's per-thread wrapper (the Django integration closes
         stale database connections around it)."""
@@ -224,7 +241,13 @@ class JobRunner(WorkerBase):
         self._threads_busy -= 1
 
     async def _on_exception(
-        self, res: Reserved, body: JobBody, job: Job, exc: BaseException, max_tries: int, t0: float
+        self,
+        res: Reserved,
+        body: JobBody,
+        job: Job | None,
+        exc: BaseException,
+        max_tries: int,
+        t0: float,
     ) -> None:
         exceptions = res.exceptions + 1
         retry = not getattr(exc, "permanent", False)
