@@ -498,3 +498,24 @@ def test_a_model_load_past_the_jobs_timeout_fails_it_and_recycles_the_worker(app
     assert SEEN == []
     [record] = app.queue_for(None).failed()
     assert "JobTimeout" in record.exception and "loading the job's models" in record.exception
+
+
+def test_a_skipped_job_still_counts_in_its_batch(
+    redis_url: str, prefix: str, db: sessionmaker[Any]
+) -> None:
+    from tidings import batch
+
+    SEEN.clear()
+    app = App(redis_url=redis_url, key=KEY, prefix=prefix, allowed_modules=["tests"])
+    try:
+        kept, gone = _account(db, "kept@example.org"), _account(db, "gone@example.org")
+        batch_id = batch([LenientJob(kept), LenientJob(gone)]).dispatch()
+        with db.begin() as session:
+            session.delete(session.get(Account, gone.id))
+        _work(app)
+        assert [s[1] for s in SEEN] == [(kept.id, "kept@example.org")]
+        info = app.find_batch(batch_id)
+        assert info is not None and info.finished and info.pending == 0
+        assert app.queue_for(None).failed() == []
+    finally:
+        app.close()

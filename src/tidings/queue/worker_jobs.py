@@ -110,6 +110,10 @@ class JobRunner(WorkerBase):
         except ModelNotFound as exc:
             if getattr(self.host, "skips_missing_model", lambda *_: False)(cls, body["data"]):
                 log.info("%s skipped: %s", res.id, exc)
+                if body.get("batch"):  # counted as done, or its batch would never finish
+                    from tidings.queue import batch as batches
+
+                    await self._retrying(lambda: batches.record(self.host, body, "ok"))
                 self._acks.setdefault(res.queue, []).append(res.id)
                 self._ack_event.set()
                 return
