@@ -7,17 +7,17 @@ Creating an App makes it current (as Celery's apps do), so the module helpers
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import logging
 import sys
 import types
-import warnings
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tidings import _current, after_commit
+from tidings._blocking import BlockingDispatchWarning as BlockingDispatchWarning
+from tidings._blocking import warn_blocking
 from tidings.config import Settings
 from tidings.errors import PayloadRejected
 from tidings.events.call_queued import CallQueuedListener
@@ -34,32 +34,6 @@ from tidings.queue.signing import Signer, parse_keys
 from tidings.queue.unique import guard_for, push_guarded, push_guarded_async
 
 log = logging.getLogger("tidings.app")
-
-
-class BlockingDispatchWarning(RuntimeWarning):
-    """A sync push to Redis was made on a running event loop's thread."""
-
-
-_warned_blocking = False
-
-
-def warn_blocking() -> None:
-    """Warn once per process when a sync push runs on an event loop (it blocks it)."""
-    global _warned_blocking
-    if _warned_blocking:
-        return
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    _warned_blocking = True
-    warnings.warn(
-        "a sync dispatch (event(), job.dispatch(), user.notify()) ran on a running event "
-        "loop and blocked it on Redis: use `await app.dispatch_async(e)`, "
-        "`await job.dispatch_async()` or `await user.notify_async(n)` in async code",
-        BlockingDispatchWarning,
-        stacklevel=4,
-    )
 
 
 def _caller_package() -> str | None:
@@ -499,26 +473,11 @@ class App:
         return fn
 
     def skips_missing_model(self, job_cls: type[Any], data: Any) -> bool:
-        """Whether a job whose model argument is gone is dropped (True) or failed.
+        """Whether a job whose model argument is gone is dropped (True) or failed
+        (see :func:`tidings.contrib.models.skips_missing_model`)."""
+        from tidings.contrib.models import skips_missing_model
 
-        ``delete_when_missing_models`` on the job class, the queued listener or the
-        notification wins; else the ``missing_models`` setting (``fail`` / ``skip``).
-        """
-        sources: list[Any] = [job_cls]
-        fields = data.get("f") if isinstance(data, dict) else None
-        if isinstance(fields, dict):
-            listener = fields.get("listener")
-            note = fields.get("notification")
-            paths = [listener, note.get("c") if isinstance(note, dict) else None]
-            for path in paths:
-                if isinstance(path, str):
-                    with contextlib.suppress(PayloadRejected):
-                        sources.append(self.resolve_class(path))
-        for source in reversed(sources):
-            value = getattr(source, "delete_when_missing_models", None)
-            if value is not None:
-                return bool(value)
-        return self.settings.missing_models == "skip"
+        return skips_missing_model(self, job_cls, data)
 
     async def aopen(self) -> None:
         """Open this event loop's Redis client and check it answers (fail at start-up,

@@ -288,7 +288,7 @@ def test_a_pydantic_payload_that_no_longer_validates_fails_named() -> None:
 
 
 def test_a_sync_push_on_a_running_loop_warns_once(app: App) -> None:
-    import tidings.app as app_module
+    import tidings._blocking as app_module
 
     app_module._warned_blocking = False
 

@@ -17,10 +17,11 @@ here; an app that never imports Django pays nothing.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any
 
-from tidings.errors import ModelNotFound, SerializationError
+from tidings.errors import ModelNotFound, PayloadRejected, SerializationError
 from tidings.queue.serializer import class_path, register_extension
 
 
@@ -130,6 +131,27 @@ class PydanticModels:
     def load(self, cls: type[Any], data: Any) -> Any:
         """``cls.model_validate(data)`` (a ValidationError fails the job, named)."""
         return cls.model_validate(data)
+
+
+def skips_missing_model(app: Any, job_cls: type[Any], data: Any) -> bool:
+    """Whether a job whose model argument is gone is dropped (True) or failed.
+
+    ``delete_when_missing_models`` on the notification, the queued listener or the job
+    class wins (in that order); else the App's ``missing_models`` (``fail`` / ``skip``).
+    """
+    sources: list[Any] = [job_cls]
+    fields = data.get("f") if isinstance(data, dict) else None
+    if isinstance(fields, dict):
+        note = fields.get("notification")
+        for path in (fields.get("listener"), note.get("c") if isinstance(note, dict) else None):
+            if isinstance(path, str):
+                with contextlib.suppress(PayloadRejected):
+                    sources.append(app.resolve_class(path))
+    for source in reversed(sources):
+        value = getattr(source, "delete_when_missing_models", None)
+        if value is not None:
+            return bool(value)
+    return bool(app.settings.missing_models == "skip")
 
 
 for _ext in (PydanticModels(), SQLAlchemyModels(), DjangoModels()):
