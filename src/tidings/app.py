@@ -6,6 +6,7 @@ Creating an App makes it current (as Celery's apps do), so the module helpers
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import sys
@@ -14,7 +15,9 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidings import _current, redaction, tracing
+from tidings import _current, after_commit, redaction, tracing
+from tidings._blocking import BlockingDispatchWarning as BlockingDispatchWarning
+from tidings._blocking import warn_blocking
 from tidings.config import Settings
 from tidings.errors import PayloadRejected
 from tidings.events.call_queued import CallQueuedListener
@@ -104,6 +107,20 @@ class App:
         self.schedules: list[Any] = []  # Schedule entries (schedule)
         self._notifications: Any = None
         self._meter: Any = None  # tidings.metrics.Meter, in worker processes
+        # Called around every sync job (and model load) in a worker thread: the Django
+        # integration closes stale database connections there (see wrap_thread_call).
+        self.thread_call_wrappers: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = []
+        if self.settings.mail_allow_test_domains:
+            from tidings.notifications.validation import allow_test_domains
+
+            allow_test_domains(True)
+        import tidings.contrib.models  # noqa: F401  (registers the model/Pydantic extensions)
+
+        if "sqlalchemy.orm" in sys.modules:
+            from tidings.contrib.sqlalchemy import install
+
+            install()  # after-commit dispatch on SQLAlchemy sessions
+
         self.make_current()
 
     @classmethod
@@ -167,7 +184,7 @@ class App:
         if not module or not qualname or not self.is_allowed(module):
             raise PayloadRejected(
                 f"unknown job type {path!r}: not under the allowed modules {self._allowed}; "
-                "add its package to TIDINGS_ALLOWED_MODULES (App(allowed_modules=...)) or "
+                "add its package to TIDINGS_ALLOWED_MODULES (App(allowed_modules=[...])) or "
                 "start the worker with -A module:app"
             )
         try:
@@ -316,18 +333,43 @@ class App:
         self._queues_used.add(queue)
         return self.queue_for(conn), queue, job_id, envelope, delay
 
+    def _deferrer(self, pending: PendingDispatch) -> after_commit.Deferrer | None:
+        """Where to hold this push until commit (None: push now); see
+        :mod:`tidings.after_commit`."""
+        if not after_commit.wants_after_commit(
+            pending.job.option_source(), self.settings.after_commit
+        ):
+            return None
+        return after_commit.deferrer()
+
     def push_pending(self, pending: PendingDispatch) -> str | None:
-        """Push a job with its dispatch options; returns its id (None: a unique duplicate)."""
+        """Push a job with its dispatch options; returns its id (None: a unique duplicate,
+        or a unique job held until commit)."""
         guard = guard_for(pending.job)
+        defer = self._deferrer(pending)
         if guard is not None:
+            if defer is not None:
+                defer(lambda: push_guarded(self, pending, guard))
+                return None
+            warn_blocking()
             return push_guarded(self, pending, guard)
         rq, queue, job_id, envelope, delay = self._prepared(pending)
-        rq.push(queue, [(job_id, envelope)], delay)
-        self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
+
+        def push() -> None:
+            rq.push(queue, [(job_id, envelope)], delay)
+            self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
+
+        if defer is not None:
+            defer(push)
+        else:
+            warn_blocking()
+            push()
         return job_id
 
     async def push_pending_async(self, pending: PendingDispatch) -> str | None:
         """Async twin of :meth:`push_pending`."""
+        if self._deferrer(pending) is not None:
+            return self.push_pending(pending)
         guard = guard_for(pending.job)
         if guard is not None:
             return await push_guarded_async(self, pending, guard)
@@ -342,6 +384,8 @@ class App:
         ids: list[str | None] = []
         groups: dict[Any, list[tuple[str, bytes]]] = {}
         guarded: dict[int, GuardedPush] = {}  # position in ids -> unique/debounced push
+        held: dict[Any, list[tuple[str, bytes]]] = {}
+        defer: after_commit.Deferrer | None = None
         for item in jobs:
             pending = item if isinstance(item, PendingDispatch) else PendingDispatch(item)
             guard = guard_for(pending.job)
@@ -350,9 +394,20 @@ class App:
                 ids.append(None)
                 continue
             rq, queue, job_id, envelope, delay = self._prepared(pending)
-            groups.setdefault((id(rq), rq, queue, delay), []).append((job_id, envelope))
+            later = self._deferrer(pending)
+            target = groups if later is None else held
+            defer = later or defer
+            target.setdefault((id(rq), rq, queue, delay), []).append((job_id, envelope))
             ids.append(job_id)
+        if defer is not None and held:
+            defer(lambda: self._push_groups(held, 1000))
         return ids, groups, guarded
+
+    @staticmethod
+    def _push_groups(groups: dict[Any, list[tuple[str, bytes]]], batch_size: int) -> None:
+        for (_, rq, queue, delay), items in groups.items():
+            for start in range(0, len(items), batch_size):
+                rq.push(queue, items[start : start + batch_size], delay)
 
     def dispatch_many(
         self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000
@@ -365,9 +420,9 @@ class App:
         no id in the list.
         """
         ids, groups, guarded = self._grouped(jobs)
-        for (_, rq, queue, delay), items in groups.items():
-            for start in range(0, len(items), batch_size):
-                rq.push(queue, items[start : start + batch_size], delay)
+        if groups or guarded:
+            warn_blocking()
+        self._push_groups(groups, batch_size)
         for at, push in guarded.items():
             ids[at] = push.push()
         return [i for i in ids if i is not None]
@@ -509,6 +564,46 @@ class App:
     def extend_channel(self, name: str, factory: Callable[..., Any]) -> None:
         """Add a notification channel: a class with ``async send(notifiable, notification)``."""
         self.notifications.channels.extend(name, factory)
+
+    # -- integrations ------------------------------------------------------------------
+
+    def wrap_thread_call(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` wrapped by :attr:`thread_call_wrappers` (a worker calls it in the
+        thread that runs a sync job or loads its model arguments)."""
+        for wrap in reversed(self.thread_call_wrappers):
+            fn = wrap(fn)
+        return fn
+
+    def skips_missing_model(self, job_cls: type[Any], data: Any) -> bool:
+        """Whether a job whose model argument is gone is dropped (True) or failed
+        (see :func:`tidings.contrib.models.skips_missing_model`)."""
+        from tidings.contrib.models import skips_missing_model
+
+        return skips_missing_model(self, job_cls, data)
+
+    async def aopen(self) -> None:
+        """Open this event loop's Redis client and check it answers (fail at start-up,
+        not at the first dispatch)."""
+        import redis
+
+        from tidings.errors import QueueUnavailable
+
+        try:
+            await self.queue_for(None).aclient().ping()
+        except redis.RedisError as exc:
+            raise QueueUnavailable(
+                f"Redis did not answer at start-up ({exc}); check TIDINGS_REDIS_URL"
+            ) from exc
+
+    async def aclose(self) -> None:
+        """Close this event loop's Redis clients and channels, then the sync ones."""
+        loop = asyncio.get_running_loop()
+        for rq in self._queues.values():
+            client = rq._async.pop(loop, None)
+            if client is not None:
+                await client.aclose()
+        await self.worker_stopped(None)
+        self.close()
 
     def close(self) -> None:
         """Close sync Redis connections."""

@@ -34,8 +34,13 @@ from tidings.terminal import escape, escape_json
 
 
 def load_app(spec: str | None) -> App:
-    """The App named ``module:attribute`` (else ``TIDINGS_APP``, else from the environment)."""
+    """The App named ``module:attribute`` (else ``TIDINGS_APP``, else the Django project's
+    when ``DJANGO_SETTINGS_MODULE`` is set, else from the environment)."""
     spec = spec or os.environ.get("TIDINGS_APP")
+    if not spec and os.environ.get("DJANGO_SETTINGS_MODULE"):
+        from tidings.contrib.django import worker_app
+
+        return worker_app()  # django.setup(), then the App of tidings.contrib.django
     if not spec:
         return App.from_env()
     if os.getcwd() not in sys.path:

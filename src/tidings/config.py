@@ -38,6 +38,9 @@ class Settings:
     schedule_timezone: str | None = None
     """The zone cron schedules use when they give no ``tz=`` (None: UTC)."""
     metrics: bool = True
+    after_commit: bool = False
+    missing_models: str = "fail"
+    mail_allow_test_domains: bool = False
 
     @classmethod
     def resolve(
@@ -96,6 +99,17 @@ class Settings:
         value = get("metrics")
         if value is not None:
             settings.metrics = value is True or str(value).lower() in _TRUE
+        for name in ("after_commit", "mail_allow_test_domains"):
+            value = get(name)
+            if value is not None:
+                setattr(settings, name, value is True or str(value).lower() in _TRUE)
+        value = get("missing_models")
+        if value is not None:
+            if str(value) not in ("fail", "skip"):
+                raise ConfigurationError(
+                    f"TIDINGS_MISSING_MODELS must be 'fail' or 'skip', not {value!r}"
+                )
+            settings.missing_models = str(value)
         conns = options.get("connections")
         if isinstance(conns, Mapping):
             settings.connections = {str(k): str(v) for k, v in conns.items()}

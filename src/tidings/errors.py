@@ -6,7 +6,8 @@ Users catch these; nothing from redis-py, aiosmtplib or httpx leaks past a bound
     TidingsError
     ├── ConfigurationError        bad settings, DSN or missing key
     ├── SerializationError        a value cannot be queued (names the field path)
-    │   └── PayloadTooLarge       the encoded payload is over the size limit
+    │   ├── PayloadTooLarge       the encoded payload is over the size limit
+    │   └── ModelNotFound         a model argument's row is gone when the job runs
     ├── QueueUnavailable          the producer could not reach Redis
     ├── PayloadRejected           the worker refused a payload (bad signature, malformed,
     │                             not allowed, unknown class); never retried
@@ -54,6 +55,28 @@ class SerializationError(TidingsError):
     def __init__(self, message: str, *, path: str = "") -> None:
         self.path = path
         super().__init__(f"{message} (at {path})" if path else message)
+
+
+class ModelNotFound(SerializationError):
+    """A model argument (stored by class and primary key) has no row any more.
+
+    The worker fails the job with this reason, or drops it when ``missing_models`` is
+    ``"skip"`` (``TIDINGS_MISSING_MODELS``) or the job, listener or notification sets
+    ``delete_when_missing_models = True``.
+
+    Attributes:
+        model: ``module:QualName`` of the model class.
+        pk: the primary key that was looked up.
+    """
+
+    def __init__(self, model: str, pk: object) -> None:
+        self.model = model
+        self.pk = pk
+        super().__init__(
+            f"{model} with primary key {pk!r} no longer exists (deleted after dispatch, or "
+            "dispatched inside a transaction that rolled back: see after_commit); set "
+            "TIDINGS_MISSING_MODELS=skip or delete_when_missing_models = True to drop such jobs"
+        )
 
 
 class PayloadTooLarge(SerializationError):

@@ -85,6 +85,12 @@ class _QueueOptions:
     datetime."""
     max_exceptions: int | None = None
     """How many attempts may raise before the job fails, releases not counted."""
+    after_commit: bool | None = None
+    """Push when the surrounding database transaction commits, drop on rollback;
+    ``None`` is the App's ``after_commit`` (see :mod:`tidings.after_commit`)."""
+    delete_when_missing_models: bool | None = None
+    """Drop (True) or fail (False) the job when a model argument's row is gone; ``None``
+    is the App's ``missing_models``."""
 
 
 class Listener(_QueueOptions):
@@ -229,6 +235,7 @@ def queued(
     timeout: float | None = None,
     retry_until: float | timedelta | datetime | None = None,
     max_exceptions: int | None = None,
+    after_commit: bool | None = None,
 ) -> Callable[[Callable[..., Any]], QueuedFunction]: ...
 
 
@@ -244,6 +251,7 @@ def queued(
     timeout: float | None = None,
     retry_until: float | timedelta | datetime | None = None,
     max_exceptions: int | None = None,
+    after_commit: bool | None = None,
 ) -> QueuedFunction | Callable[[Callable[..., Any]], QueuedFunction]:
     """Mark a module-level function as a queued listener.
 
@@ -260,6 +268,7 @@ def queued(
         timeout: seconds one attempt may run.
         retry_until: give up after this many seconds / timedelta, or at this datetime.
         max_exceptions: attempts that may raise before the job fails.
+        after_commit: push when the surrounding transaction commits (None: the App's).
 
     Returns:
         A :class:`QueuedFunction`, or a decorator that makes one.
@@ -279,6 +288,7 @@ def queued(
         target.timeout = timeout
         target.retry_until = retry_until
         target.max_exceptions = max_exceptions
+        target.after_commit = after_commit
         return target
 
     return wrap if fn is None else wrap(fn)

@@ -59,8 +59,29 @@ _LATIN_LOOKALIKES = frozenset(
 )
 
 
+_ALLOWED_BY_APP = False
+_TRUE = {"1", "true", "yes", "on"}
+TEST_DOMAINS_HINT = (
+    "for test addresses (dev@myapp.test, root@localhost) set "
+    "TIDINGS_MAIL_ALLOW_TEST_DOMAINS=1 or App(mail_allow_test_domains=True)"
+)
+
+
+def allow_test_domains(on: bool = True) -> None:
+    """Accept ``*.test`` and ``localhost`` recipients in this process (the App setting
+    ``mail_allow_test_domains`` / ``TIDINGS_MAIL_ALLOW_TEST_DOMAINS`` calls this)."""
+    global _ALLOWED_BY_APP
+    _ALLOWED_BY_APP = on
+    _validated_email.cache_clear()
+
+
 def _test_domains_default() -> bool:
-    return os.environ.get(_TEST_DOMAINS_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    if _ALLOWED_BY_APP:
+        return True
+    return any(
+        os.environ.get(name, "").strip().lower() in _TRUE
+        for name in (_TEST_DOMAINS_ENV, "TIDINGS_MAIL_ALLOW_TEST_DOMAINS")
+    )
 
 
 def _forbidden_char(value: str) -> str | None:
@@ -170,6 +191,12 @@ def _validated_email(addr: str, field: str, test_env: bool) -> str:
     if bad:
         shown = " ".join(repr(ch) for ch in bad)
         raise ValidationError(f"address contains forbidden characters: {shown}", field=field)
+    local, _, domain = addr.rpartition("@")
+    if test_env and domain.lower() == "localhost" and local:
+        # email-validator refuses a single-label domain outright; check the local part
+        # against a stand-in domain and keep the address as written.
+        _validated_email(f"{local}@localhost.test", field, True)
+        return addr
     try:
         result = email_validator.validate_email(
             addr,
@@ -181,7 +208,10 @@ def _validated_email(addr: str, field: str, test_env: bool) -> str:
             strict=True,  # also enforces the 64-octet local-part limit
         )
     except email_validator.EmailNotValidError as exc:
-        raise ValidationError(str(exc), field=field) from None
+        text = str(exc)
+        if not test_env and ("special-use" in text or "should have a period" in text):
+            text = f"{text} ({TEST_DOMAINS_HINT})"
+        raise ValidationError(text, field=field) from None
     for label in result.domain.split("."):
         if _is_homoglyph_label(label):
             raise ValidationError(

@@ -10,6 +10,8 @@ tag        encodes                                                fields
 ``obj``    instance of a tidings base (Job, Listener ...) w/o     ``c`` class, ``f`` vars
            dataclass
 ``m``      model with ``__queue_dump__``/``__queue_load__``       ``c`` class, ``v`` dump
+``x``      a value an :class:`Extension` claims (ORM rows,        ``x`` extension, ``c``
+           Pydantic models: :mod:`tidings.contrib.models`)         class, ``v`` its dump
 ``enum``   Enum member                                            ``c`` class, ``v`` value
 ``dt``/``date``/``time``/``td``  datetime, date, time, timedelta  ``v`` ISO text / seconds
 ``dec``    Decimal                                                ``v`` text
@@ -27,6 +29,7 @@ Anything else raises :class:`~tidings.errors.SerializationError` naming the fiel
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import datetime as dt
@@ -36,11 +39,59 @@ import sys
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
 from tidings.errors import SerializationError
 
 Resolver = Callable[[str], type[Any]]
+
+
+class Extension(Protocol):
+    """Encodes values of classes the built-in tags do not cover (the extension point for
+    ORM models and Pydantic; see :mod:`tidings.contrib.models`).
+
+    Attributes:
+        name: stored in the payload (``"x"``); one name per extension, never reused.
+        blocking: ``load`` does I/O (a database query): a worker decodes such payloads
+            in a thread, never on its event loop.
+    """
+
+    name: str
+    blocking: bool
+
+    def claims(self, cls: type[Any]) -> bool:
+        """Whether this extension encodes instances of ``cls``."""
+
+    def dump(self, value: Any) -> Any:
+        """JSON-ready data for ``value`` (it is encoded again, so tags may appear)."""
+
+    def load(self, cls: type[Any], data: Any) -> Any:
+        """The value again; raises on data that does not validate."""
+
+
+class NeedsThread(Exception):
+    """Raised by :func:`decode` on an event loop's thread when a blocking extension
+    (a database load) would run there: decode again in a worker thread."""
+
+
+_EXTENSIONS: dict[str, Extension] = {}
+_CLAIMED: dict[type[Any], Extension | None] = {}
+
+
+def register_extension(ext: Extension) -> None:
+    """Add (or replace) an extension; later registrations are asked first."""
+    global _EXTENSIONS
+    _EXTENSIONS = {ext.name: ext, **{k: v for k, v in _EXTENSIONS.items() if k != ext.name}}
+    _CLAIMED.clear()
+
+
+def _extension_for(cls: type[Any]) -> Extension | None:
+    try:
+        return _CLAIMED[cls]
+    except KeyError:
+        found = next((e for e in _EXTENSIONS.values() if e.claims(cls)), None)
+        _CLAIMED[cls] = found
+        return found
 _MAX_SAFE_INT = 2**53
 
 
@@ -220,6 +271,10 @@ class _Encoder:
                     exc.parts.append(f"[{k!r}]")
                     raise
             return {"__t": "dict", "v": pairs}
+        ext = _extension_for(cls) if _EXTENSIONS else None
+        if ext is not None:
+            dump = self.encode(ext.dump(value))
+            return {"__t": "x", "x": ext.name, "c": class_path(cls), "v": dump}
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return self._dataclass(value, cls)
         if getattr(cls, "__tidings_serializable__", False) and hasattr(value, "__dict__"):
@@ -277,6 +332,29 @@ def _resolve_kind(resolve: Resolver, path: str, tag: str) -> type[Any]:
     return cls
 
 
+def _load_extension(data: dict[str, Any], resolve: Resolver) -> Any:
+    ext = _EXTENSIONS.get(data["x"])
+    if ext is None:
+        raise SerializationError(
+            f"no serializer extension {data['x']!r} in this process: import the module "
+            "that registers it (tidings.contrib.models registers django, sqlalchemy, pydantic)"
+        )
+    cls = resolve(data["c"])
+    if not isinstance(cls, type) or not ext.claims(cls):
+        raise SerializationError(f"{data['c']!r} is not a class the {ext.name!r} extension loads")
+    if ext.blocking and _on_event_loop():
+        raise NeedsThread(data["c"])
+    return ext.load(cls, decode(data["v"], resolve))
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def decode(data: Any, resolve: Resolver) -> Any:
     """Rebuild the value :func:`encode` produced.
 
@@ -303,7 +381,13 @@ def decode(data: Any, resolve: Resolver) -> Any:
             return obj
         if tag == "m":
             cls = _resolve_kind(resolve, data["c"], tag)
+            ext = _extension_for(cls) if _EXTENSIONS else None
+            if ext is not None and ext.blocking and _on_event_loop():
+                # A hand-written hook on an ORM model queries the database too.
+                raise NeedsThread(data["c"])
             return cls.__queue_load__(decode(data["v"], resolve))
+        if tag == "x":
+            return _load_extension(data, resolve)
         if tag == "enum":
             return _resolve_kind(resolve, data["c"], tag)(decode(data["v"], resolve))
         v = data["v"]
@@ -331,7 +415,7 @@ def decode(data: Any, resolve: Resolver) -> Any:
             return frozenset(decode(x, resolve) for x in v)
         if tag == "dict":
             return {decode(k, resolve): decode(x, resolve) for k, x in v}
-    except SerializationError:
+    except (SerializationError, NeedsThread):
         raise
     except Exception as exc:
         raise SerializationError(f"malformed {tag!r} value: {exc}") from exc

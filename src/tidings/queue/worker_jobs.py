@@ -24,6 +24,7 @@ import logging
 import os
 import signal
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from tidings import _clock
@@ -31,6 +32,7 @@ from tidings.errors import (
     JobStalled,
     JobTimeout,
     MaxAttemptsExceeded,
+    ModelNotFound,
     PayloadRejected,
     SerializationError,
 )
@@ -106,11 +108,30 @@ class JobRunner(WorkerBase):
             cls = self.host.resolve_class(body["job"])
             if not (isinstance(cls, type) and issubclass(cls, Job)):
                 raise PayloadRejected(f"unknown job type {body['job']!r}: not a Job class")
-            job = serializer.decode(body["data"], self.host.resolve_class)
+            try:
+                job = serializer.decode(body["data"], self.host.resolve_class)
+            except serializer.NeedsThread:
+                job = await self._load_models(res, body)
             if not isinstance(job, cls):
                 raise PayloadRejected("malformed payload: data does not hold the named job")
+        except ModelNotFound as exc:
+            if getattr(self.host, "skips_missing_model", lambda *_: False)(cls, body["data"]):
+                log.info("%s skipped: %s", res.id, exc)
+                if body.get("batch"):  # counted as done, or its batch would never finish
+                    from tidings.queue import batch as batches
+
+                    await self._retrying(lambda: batches.record(self.host, body, "ok"))
+                self._acks.setdefault(res.queue, []).append(res.id)
+                self._ack_event.set()
+                return
+            await self._fail(res, body, None, exc, t0)
+            return
         except (PayloadRejected, SerializationError) as exc:
             await self._fail(res, body, None, exc, t0)
+            return
+        except JobTimeout as exc:  # a model load overran: retry or fail as a timeout
+            tries = body["maxTries"] if body["maxTries"] is not None else self.opts.tries
+            await self._on_exception(res, body, None, exc, tries, t0)
             return
         max_tries = body["maxTries"] if body["maxTries"] is not None else self.opts.tries
         if res.stalls:
@@ -203,7 +224,7 @@ class JobRunner(WorkerBase):
         ctx = contextvars.copy_context()
         ctx.run(_run.set, run)
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(self._executor, ctx.run, handle)
+        fut = loop.run_in_executor(self._executor, ctx.run, self._wrapped(handle))
         self._threads_busy += 1
         fut.add_done_callback(self._thread_done)
         done, _ = await asyncio.wait({fut}, timeout=limit)
@@ -220,11 +241,44 @@ class JobRunner(WorkerBase):
             return await result
         return result
 
+    async def _load_models(self, res: Reserved, body: JobBody) -> Any:
+        """Decode a payload whose model arguments load from a database: in a worker
+        thread (Django refuses ORM calls on the loop), through the host's per-thread
+        wrapper, within the job's timeout. A load that overruns it cannot be cancelled:
+        the worker stops with ``EXIT_STUCK``, as for a stuck sync job."""
+        timeout = body["timeout"] if body["timeout"] is not None else self.opts.timeout_s
+        limit = timeout if timeout and timeout > 0 else None
+        load = self._in_thread(serializer.decode, body["data"], self.host.resolve_class)
+        task = asyncio.ensure_future(load)
+        done, _ = await asyncio.wait({task}, timeout=limit)
+        if not done:
+            log.error("loading the models of %s overran %ss; the worker will exit", res.id, limit)
+            self.stop("a model load could not be cancelled after its timeout", EXIT_STUCK)
+            raise JobTimeout(f"loading the job's models took longer than its timeout of {limit}s")
+        return task.result()
+
+    def _wrapped(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` inside the host's per-thread wrapper (the Django integration closes
+        stale database connections around it)."""
+        wrap = getattr(self.host, "wrap_thread_call", None)
+        return fn if wrap is None else wrap(fn)
+
+    async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        ctx = contextvars.copy_context()
+        return await loop.run_in_executor(self._executor, ctx.run, self._wrapped(fn), *args)
+
     def _thread_done(self, _fut: asyncio.Future[Any]) -> None:
         self._threads_busy -= 1
 
     async def _on_exception(
-        self, res: Reserved, body: JobBody, job: Job, exc: BaseException, max_tries: int, t0: float
+        self,
+        res: Reserved,
+        body: JobBody,
+        job: Job | None,
+        exc: BaseException,
+        max_tries: int,
+        t0: float,
     ) -> None:
         exceptions = res.exceptions + 1
         retry = not getattr(exc, "permanent", False)

@@ -1,0 +1,94 @@
+"""The configuration reference, generated from :class:`~tidings.config.Settings`.
+
+Every field of ``Settings`` is a setting: an ``App(...)`` keyword of that name, a
+``TIDINGS_<NAME>`` environment variable, a key of Django's ``TIDINGS = {...}`` and a
+``TIDINGS_<NAME>`` key of a Flask config. :data:`MEANINGS` says what each one does;
+:func:`markdown_table` renders the table the docs site shows (``docs/hooks.py`` puts
+it into ``docs/configuration.md`` at build time), with the defaults read from the code.
+``tests/unit/test_docs.py`` fails when a field has no entry here, so a new setting
+cannot reach a release undocumented.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tidings.config import Settings
+
+# Settings that are resolved but not set by users.
+INTERNAL = frozenset({"embedded"})
+
+MEANINGS: dict[str, str] = {
+    "redis_url": (
+        "`redis://`, `rediss://` (`?ssl_ca_certs=`), `unix://`, `redis+cluster://`, "
+        "`redis+sentinel://host:26379/SERVICE`; `REDIS_URL` is read too. Unset: an "
+        "embedded redis-server under `./.tidings/`"
+    ),
+    "key": (
+        "signing key(s), comma-separated (the first signs, all verify); required with "
+        "`redis_url`; generated into `./.tidings/key` for the embedded Redis"
+    ),
+    "mail_url": (
+        "`smtp://user:pass@host:587` (STARTTLS), `smtps://…:465`, `file:///dir` (.eml "
+        "files), `log://`; `?tls=required|off`, `?ca=`, `?local_hostname=`, `?pool=N`"
+    ),
+    "mail_from": "default sender, `Name <addr>` allowed",
+    "sms_url": "`twilio://SID:TOKEN@default?from=…`, `vonage://KEY:SECRET@default?from=…`, `log://`",
+    "webhook_secret": "`whsec_…` Standard Webhooks key (unset: webhooks unsigned, a warning)",
+    "allowed_modules": (
+        "comma-separated module prefixes a worker may import classes from; `tidings` is "
+        "always added. Default: the package that created the App; with Django every "
+        "installed app and the project package; with Flask the app's package"
+    ),
+    "retry_after": "seconds a reservation (lease) lasts; the worker renews it while a job runs",
+    "prefix": "prefix of every Redis key",
+    "webhook_allow_private": "`1` lets webhooks reach private, loopback and link-local addresses",
+    "templates": "directory of the app's mail templates",
+    "max_payload_bytes": "largest signed payload accepted at dispatch and at pop",
+    "connections": "extra named Redis URLs for `on_connection(name)` (keyword only: a dict)",
+    "after_commit": (
+        "`1`: every push (jobs, queued listeners, queued notifications) waits for the "
+        "surrounding database transaction to commit and is dropped on rollback; each class "
+        "may set `after_commit = True/False` itself"
+    ),
+    "missing_models": (
+        "`fail` or `skip`: what becomes of a job whose model argument's row is gone "
+        "(`delete_when_missing_models = True` on a class wins)"
+    ),
+    "mail_allow_test_domains": (
+        "`1` accepts test recipients such as `dev@myapp.test` and `root@localhost` "
+        "(development and test suites only)"
+    ),
+}
+
+
+def settings() -> list[tuple[str, str, str, str]]:
+    """``(keyword, variable, default, meaning)`` per setting, in ``Settings`` order."""
+    rows = []
+    for f in dataclasses.fields(Settings):
+        if f.name in INTERNAL:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = repr(f.default) if f.default not in (None, "") else "unset"
+        elif f.default_factory is not dataclasses.MISSING:
+            default = repr(f.default_factory())
+        else:
+            default = "see meaning"
+        meaning = MEANINGS.get(f.name, "(undocumented: add it to tidings.config_reference)")
+        rows.append((f.name, f"TIDINGS_{f.name.upper()}", default, meaning))
+    return rows
+
+
+def undocumented() -> list[str]:
+    """Settings fields with no entry in :data:`MEANINGS`."""
+    names = [f.name for f in dataclasses.fields(Settings)]
+    return [n for n in names if n not in MEANINGS and n not in INTERNAL]
+
+
+def markdown_table() -> str:
+    """The reference as a Markdown table."""
+    lines = ["| `App(...)` keyword | variable | default | meaning |", "|---|---|---|---|"]
+    for name, env, default, meaning in settings():
+        cell, text = default.replace("|", "\\|"), meaning.replace("|", "\\|")
+        lines.append(f"| `{name}` | `{env}` | `{cell}` | {text} |")
+    return "\n".join(lines)
