@@ -46,6 +46,14 @@ MEANINGS: dict[str, str] = {
     "templates": "directory of the app's mail templates",
     "max_payload_bytes": "largest signed payload accepted at dispatch and at pop",
     "connections": "extra named Redis URLs for `on_connection(name)` (keyword only: a dict)",
+    "schedule_timezone": (
+        "IANA zone (e.g. `Europe/Paris`) whose wall clock cron schedules read when they "
+        "give no `tz=`; DST-correct; unset: UTC"
+    ),
+    "metrics": (
+        "`0` turns off the per-job measurements (expiring per-minute buckets), the "
+        "measured wait/runtime in `job_status` and worker heartbeats"
+    ),
     "after_commit": (
         "`1`: every push (jobs, queued listeners, queued notifications) waits for the "
         "surrounding database transaction to commit and is dropped on rollback; each class "

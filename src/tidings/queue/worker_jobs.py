@@ -121,7 +121,7 @@ class JobRunner(WorkerBase):
                     from tidings.queue import batch as batches
 
                     await self._retrying(lambda: batches.record(self.host, body, "ok"))
-                self._acks.setdefault(res.queue, []).append(res.id)
+                self._acks.setdefault(res.queue, []).append((res.id, res.token))
                 self._ack_event.set()
                 return
             await self._fail(res, body, None, exc, t0)
