@@ -427,6 +427,7 @@ def test_a_job_outside_the_allowed_modules_names_the_setting(redis_url: str, pre
     narrow = App(
         env=False, redis_url=redis_url, key=KEY, prefix=prefix, allowed_modules="elsewhere"
     )
+    RUNS.clear()
     try:
         job_id = Innocent("never").dispatch()
         assert work(narrow).exit_code == 0
