@@ -52,7 +52,8 @@ class App:
 
     Args:
         redis_url, key, mail_url, mail_from, sms_url, webhook_secret, allowed_modules,
-        retry_after, prefix, webhook_allow_private, templates, max_payload_bytes:
+        retry_after, prefix, webhook_allow_private, templates, max_payload_bytes,
+        database_url, slack_url, encrypt, encryption_key:
             as the ``TIDINGS_*`` variables of the same name (keywords win).
         connections: extra named Redis URLs for ``on_connection(name)``.
         env: read settings from the environment as well (``from_env`` sets it).
@@ -74,6 +75,8 @@ class App:
         self.channel_limits: dict[str, Any] = {}  # channel -> RateLimited (rate_limit)
         self.schedules: list[Any] = []  # Schedule entries (schedule)
         self._notifications: Any = None
+        self._keyring: Any = None
+        self._database: Any = None
         self.make_current()
 
     @classmethod
@@ -94,6 +97,28 @@ class App:
         return app
 
     # -- queue plumbing ----------------------------------------------------------------
+
+    @property
+    def keyring(self) -> Any:
+        """The :class:`~tidings.queue.encryption.Keyring` of encrypted payloads (made on
+        first use, from ``encryption_key`` or else the signing keys)."""
+        if self._keyring is None:
+            from tidings.queue.encryption import keyring_from_settings
+
+            self._keyring = keyring_from_settings(
+                self.settings.encryption_key, parse_keys(self.settings.key)
+            )
+        return self._keyring
+
+    @property
+    def database(self) -> Any:
+        """The :class:`~tidings.notifications.channels.database.NotificationStore` of the
+        ``database`` channel (``database_url``; needs the ``database`` extra)."""
+        if self._database is None:
+            from tidings.notifications.channels.database import NotificationStore
+
+            self._database = NotificationStore(self.settings.database_url)
+        return self._database
 
     @property
     def retry_after_s(self) -> float:
@@ -408,6 +433,8 @@ class App:
         self.notifications.channels.extend(name, factory)
 
     def close(self) -> None:
-        """Close sync Redis connections."""
+        """Close sync Redis connections (and the notifications database's pool)."""
         for rq in self._queues.values():
             rq.close()
+        if self._database is not None:
+            self._database.close()

@@ -35,6 +35,10 @@ class Settings:
     max_payload_bytes: int = 1024 * 1024
     connections: dict[str, str] = field(default_factory=dict)
     embedded: bool = False
+    database_url: str = "sqlite:///.tidings/notifications.sqlite3"
+    slack_url: str | None = None
+    encrypt: bool = False
+    encryption_key: str | None = None
 
     @classmethod
     def resolve(
@@ -75,7 +79,9 @@ class Settings:
         if "tidings" not in modules:
             modules = (*modules, "tidings")
         settings = cls(redis_url=str(url), key=str(key), allowed_modules=modules, embedded=embedded)
-        for name in ("mail_url", "mail_from", "sms_url", "webhook_secret", "prefix", "templates"):
+        settings.database_url = f"sqlite:///{home / 'notifications.sqlite3'}"
+        names = ("mail_url", "mail_from", "sms_url", "webhook_secret", "prefix", "templates")
+        for name in (*names, "database_url", "slack_url", "encryption_key"):
             value = get(name)
             if value is not None:
                 setattr(settings, name, str(value))
@@ -89,6 +95,9 @@ class Settings:
         value = get("webhook_allow_private")
         if value is not None:
             settings.webhook_allow_private = value is True or str(value).lower() in _TRUE
+        value = get("encrypt")
+        if value is not None:
+            settings.encrypt = value is True or str(value).lower() in _TRUE
         conns = options.get("connections")
         if isinstance(conns, Mapping):
             settings.connections = {str(k): str(v) for k, v in conns.items()}

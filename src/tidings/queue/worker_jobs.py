@@ -31,6 +31,7 @@ from tidings.errors import JobTimeout, MaxAttemptsExceeded, PayloadRejected, Ser
 from tidings.queue import serializer
 from tidings.queue.backoff import delay_for
 from tidings.queue.broker import Reserved
+from tidings.queue.encryption import open_data
 from tidings.queue.events import JobFailed, JobProcessed, JobProcessing, JobReleased
 from tidings.queue.job import Job, JobRun, _run, running
 from tidings.queue.payload import JobBody, open_envelope
@@ -94,7 +95,7 @@ class JobRunner(WorkerBase):
             cls = self.host.resolve_class(body["job"])
             if not (isinstance(cls, type) and issubclass(cls, Job)):
                 raise PayloadRejected(f"unknown job type {body['job']!r}: not a Job class")
-            job = serializer.decode(body["data"], self.host.resolve_class)
+            job = serializer.decode(open_data(body, self.host), self.host.resolve_class)
             if not isinstance(job, cls):
                 raise PayloadRejected("malformed payload: data does not hold the named job")
         except (PayloadRejected, SerializationError) as exc:

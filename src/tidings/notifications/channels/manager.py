@@ -1,4 +1,4 @@
-"""Channels by name: the built-in mail, sms and webhook, and the app's own.
+"""Channels by name: the built-in mail, sms, webhook, database and slack, and the app's own.
 
 A channel is any object with ``async send(notifiable, notification)`` (built-ins also
 take the delivery id). Built-ins wrap a transport that holds connections bound to an
@@ -109,7 +109,25 @@ class WebhookChannel:
         await self.transport.close()
 
 
-BUILTIN: dict[str, Factory] = {"mail": MailChannel, "sms": SmsChannel, "webhook": WebhookChannel}
+def _database_channel(app: Any) -> Any:
+    from tidings.notifications.channels.database import DatabaseChannel
+
+    return DatabaseChannel(app)
+
+
+def _slack_channel(app: Any) -> Any:
+    from tidings.notifications.channels.slack import SlackChannel
+
+    return SlackChannel(app)
+
+
+BUILTIN: dict[str, Factory] = {
+    "mail": MailChannel,
+    "sms": SmsChannel,
+    "webhook": WebhookChannel,
+    "database": _database_channel,
+    "slack": _slack_channel,
+}
 
 
 class ChannelManager:
@@ -163,7 +181,7 @@ class ChannelManager:
                 validate_email(address, "to")
         elif name == "sms":
             validate_e164(str(value), "to")
-        else:
+        elif name == "webhook":
             check_url(str(value), self.app.settings.webhook_allow_private)
 
     async def send(self, name: str, notifiable: Any, notification: Any, delivery_id: str) -> Any:
