@@ -21,6 +21,8 @@ import orjson
 
 from tidings.app import App
 from tidings.cli_batches import make_group as make_batches_group
+from tidings.cli_db import make_group as make_db_group
+from tidings.queue.encryption import encrypted_key_id
 from tidings.queue.events import JobFailed, JobProcessed, JobProcessing, JobReleased
 from tidings.queue.worker import EXIT_STUCK, Worker, WorkerOptions
 
@@ -261,7 +263,11 @@ def failed_show(ctx: click.Context, job_id: str) -> None:
         raise click.ClickException(f"no failed job {job_id}")
     click.echo(f"id:        {record.id}\nqueue:     {record.queue}\nname:      {record.name}")
     click.echo(f"failed at: {dt.datetime.fromtimestamp(record.failed_at).isoformat()}")
-    click.echo(f"attempts:  {record.attempts}\n\n{record.exception}\n")
+    click.echo(f"attempts:  {record.attempts}")
+    sealed = encrypted_key_id(record.payload)
+    if sealed is not None:
+        click.echo(f"data:      encrypted (AES-256-GCM, key {sealed}); shown sealed")
+    click.echo(f"\n{record.exception}\n")
     click.echo(record.payload.decode("utf-8", "replace")[:4096])
 
 
@@ -306,6 +312,7 @@ def failed_prune(ctx: click.Context, hours: float) -> None:
 
 
 main.add_command(make_batches_group(_app), "batches")
+main.add_command(make_db_group(_app), "db")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -63,8 +63,11 @@ class Notifiable(HasDatabaseNotifications):
     """Mixin for things that receive notifications (users, teams ...).
 
     Routes default to the attributes ``email`` (mail), ``phone`` (sms),
-    ``webhook_url`` (webhook), ``id`` (database) and ``slack_channel`` (slack); define ``route_notification_for_<channel>(notification)``
-    or override :meth:`route_notification_for` to change them.
+    ``webhook_url`` (webhook), ``id`` (database) and ``slack_channel`` (slack); define
+    ``route_notification_for_<channel>(notification)`` or override
+    :meth:`route_notification_for` to change them. The database channel's API
+    (``notifications()``, ``unread_notifications()``, ``mark_as_read()`` ...) comes from
+    :class:`~tidings.notifications.channels.database.HasDatabaseNotifications`.
     """
 
     __tidings_serializable__: ClassVar[bool] = True

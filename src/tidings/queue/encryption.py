@@ -34,6 +34,7 @@ from tidings.errors import ConfigurationError, PayloadRejected
 __all__ = [
     "Keyring",
     "ShouldBeEncrypted",
+    "encrypted_key_id",
     "is_encrypted",
     "keyring_from_settings",
     "wants_encryption",
@@ -77,7 +78,9 @@ def parse_encryption_keys(spec: str) -> list[bytes]:
                 else part.encode()
             )
         except ValueError:
-            raise ConfigurationError("TIDINGS_ENCRYPTION_KEY: a base64: key is not base64") from None
+            raise ConfigurationError(
+                "TIDINGS_ENCRYPTION_KEY: a base64: key is not base64"
+            ) from None
     if not keys or any(len(k) < 16 for k in keys):
         raise ConfigurationError(
             "TIDINGS_ENCRYPTION_KEY must hold at least one key of 16 or more bytes"
@@ -189,6 +192,23 @@ def wants_encryption(job: Any, app_wide: bool) -> bool:
 def is_encrypted(data: Any) -> bool:
     """Whether a body's ``data`` is an ``enc`` object."""
     return isinstance(data, dict) and data.get("__t") == _TAG
+
+
+def encrypted_key_id(envelope: bytes) -> str | None:
+    """The key id of an envelope whose data is sealed (None: not sealed, or unreadable).
+    Reads without verifying: for display only (``failed show``, dashboards)."""
+    import orjson
+
+    try:
+        doc = orjson.loads(envelope)
+    except orjson.JSONDecodeError:
+        return None
+    body = doc.get("body") if isinstance(doc, dict) else None
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, dict) or not is_encrypted(data):
+        return None
+    kid = data.get("k")
+    return kid[:16] if isinstance(kid, str) and kid.isalnum() else "?"
 
 
 def seal_data(data: Any, job: Any, job_id: str, job_path: str) -> Any:

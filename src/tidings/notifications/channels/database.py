@@ -87,7 +87,7 @@ def notifications_table(
         schema: a database schema (PostgreSQL), else the default one.
     """
     sa_ = _sqlalchemy()
-    return sa_.Table(
+    table: sa.Table = sa_.Table(
         name,
         metadata,
         sa_.Column("id", sa_.String(64), primary_key=True),
@@ -101,6 +101,7 @@ def notifications_table(
         sa_.Index(f"{name}_created_at_index", "created_at"),
         schema=schema,
     )
+    return table
 
 
 def _utc(value: Any) -> datetime | None:
@@ -163,7 +164,10 @@ def notifiable_key(notifiable: Any, notification: Any = None) -> tuple[str, str]
     if not isinstance(kind, str) or not kind:
         kind = _classname(notifiable)
     route = getattr(notifiable, "route_notification_for", None)
-    ident = route("database", notification) if route is not None else getattr(notifiable, "id", None)
+    if route is not None:
+        ident = route("database", notification)
+    else:
+        ident = getattr(notifiable, "id", None)
     if ident is None or ident == "":
         raise ValidationError(
             f"{type(notifiable).__qualname__} has no id for the database channel "
@@ -224,6 +228,16 @@ def build_row(
     }
 
 
+def _sqlite_wal(dbapi_conn: Any, _record: Any) -> None:
+    # WAL: readers (a web app's bell icon) never block the worker's writes. Synchronous
+    # stays FULL: a row is on disk before its job is acked.
+    cursor = dbapi_conn.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+    finally:
+        cursor.close()
+
+
 def _seconds(age: float | timedelta) -> float:
     return age.total_seconds() if isinstance(age, timedelta) else float(age)
 
@@ -265,7 +279,7 @@ class NotificationStore:
         self._engine_options = engine_options or {}
         self._engine: Any = None
         self._ready = False
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidings-db")
 
     @property
@@ -295,16 +309,7 @@ class NotificationStore:
         options.update(self._engine_options)
         engine = sa_.create_engine(self._url, **options)
         if self._url.get_backend_name() == "sqlite":
-
-            @sa_.event.listens_for(engine, "connect")
-            def _wal(dbapi_conn: Any, _record: Any) -> None:
-                cursor = dbapi_conn.cursor()
-                try:
-                    cursor.execute("PRAGMA journal_mode=WAL")
-                    cursor.execute("PRAGMA synchronous=NORMAL")
-                finally:
-                    cursor.close()
-
+            sa_.event.listen(engine, "connect", _sqlite_wal)
         return engine
 
     def error(self, exc: BaseException) -> Exception:
