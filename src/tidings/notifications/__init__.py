@@ -9,6 +9,8 @@
     user.notify(InvoicePaid(invoice))
 """
 
+from tidings.notifications.channels.database import DatabaseNotification
+from tidings.notifications.channels.slack import SlackMessage
 from tidings.notifications.events import NotificationFailed, NotificationSending, NotificationSent
 from tidings.notifications.messages import MailMessage, SmsMessage, WebhookMessage
 from tidings.notifications.notification import AnonymousNotifiable, Notifiable, Notification, route
@@ -17,6 +19,7 @@ from tidings.notifications.webhooks import verify_webhook
 
 __all__ = [
     "AnonymousNotifiable",
+    "DatabaseNotification",
     "MailMessage",
     "Notifiable",
     "Notification",
@@ -24,6 +27,7 @@ __all__ = [
     "NotificationSending",
     "NotificationSent",
     "SendQueuedNotification",
+    "SlackMessage",
     "SmsMessage",
     "WebhookMessage",
     "route",
