@@ -18,7 +18,8 @@ def __getattr__(name: str) -> Any:
     if name == "app":
         global _app
         if _app is None:
-            _app = App.from_env(allowed_modules=os.environ.get("TIDINGS_ALLOWED_MODULES") or "tests")
+            allowed = os.environ.get("TIDINGS_ALLOWED_MODULES") or "tests"
+            _app = App.from_env(allowed_modules=allowed)
         return _app
     raise AttributeError(name)
 

@@ -36,7 +36,8 @@ def api_url(server: HttpServer, channel: str = "C0DEFAULT") -> str:
 
 def ok(hit: Hit) -> Reply:
     body = json.loads(hit.body)
-    return Reply(200, json.dumps({"ok": True, "ts": "1700.0001", "channel": body["channel"]}).encode())
+    answer = {"ok": True, "ts": "1700.0001", "channel": body["channel"]}
+    return Reply(200, json.dumps(answer).encode())
 
 
 def send(transport: Any, message: SlackMessage, route: str | None = None) -> Any:
@@ -124,9 +125,7 @@ def test_an_echoed_token_is_redacted_everywhere() -> None:
         send(slack_transport_from_url(api_url(server)), SlackMessage("x"))
     text = f"{info.value!s} {info.value!r}"
     assert "SeCrEtSlAcKtOkEn" not in text and "[REDACTED]" in text
-    assert info.value.__cause__ is None and info.value.__context__ is None or (
-        "SeCrEtSlAcKtOkEn" not in repr(info.value.__context__)
-    )
+    assert info.value.__cause__ is None and info.value.__context__ is None
 
 
 def test_incoming_webhook_from_the_dsn_and_its_errors() -> None:

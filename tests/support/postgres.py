@@ -33,10 +33,11 @@ __all__ = ["PostgresCluster", "TestDatabase", "pg_bin_dir", "postgres_admin_url"
 
 def pg_bin_dir() -> Path | None:
     """The newest ``/usr/lib/postgresql/N/bin`` holding initdb, or None."""
-    found = sorted(
-        glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-        key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0,
-    )
+    def version(path: str) -> int:
+        name = Path(path).parent.parent.name
+        return int(name) if name.isdigit() else 0
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=version)
     return Path(found[-1]).parent if found else None
 
 
