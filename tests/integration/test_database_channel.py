@@ -63,7 +63,9 @@ def test_queued_notifications_become_rows_and_the_notifiable_api(
 
         [mention] = team.notifications()
         assert (mention.type, mention.notifiable_type, mention.notifiable_id) == (
-            "mention", "team", "core"
+            "mention",
+            "team",
+            "core",
         )
         assert mention.data == {"by": "bob"}  # to_dict fallback
         assert app.job_status(job_id) == "done"
@@ -224,9 +226,7 @@ def test_bad_data_and_missing_method_fail_once_with_the_reason(
         app.close()
 
 
-def test_database_down_retries_then_fails_without_the_password(
-    redis_url: str, prefix: str
-) -> None:
+def test_database_down_retries_then_fails_without_the_password(redis_url: str, prefix: str) -> None:
     url = f"postgresql+psycopg://tidings:s3cret-db-pw@127.0.0.1:{free_port()}/nowhere"
     app = app_on(redis_url, prefix, url)
     try:

@@ -33,6 +33,7 @@ __all__ = ["PostgresCluster", "TestDatabase", "pg_bin_dir", "postgres_admin_url"
 
 def pg_bin_dir() -> Path | None:
     """The newest ``/usr/lib/postgresql/N/bin`` holding initdb, or None."""
+
     def version(path: str) -> int:
         name = Path(path).parent.parent.name
         return int(name) if name.isdigit() else 0
