@@ -93,12 +93,10 @@ def main() -> int:
 
     unread = user.unread_notifications()
     for n in unread:
-        print(
-            f"[inbox] unread {n.type.rsplit('.', 1)[-1]} {json.dumps(n.data)} at {n.created_at:%H:%M:%S}"
-        )
-    print(
-        f"[inbox] mark_all_as_read() -> {user.mark_all_as_read()}; unread now {len(user.unread_notifications())}"
-    )
+        kind = n.type.rsplit(".", 1)[-1]
+        print(f"[inbox] unread {kind} {json.dumps(n.data)} at {n.created_at:%H:%M:%S}")
+    marked = user.mark_all_as_read()
+    print(f"[inbox] mark_all_as_read() -> {marked}; unread now {len(user.unread_notifications())}")
     for body in posted:
         print(f"[slack] {body['channel']}: {body['text']} ({len(body['blocks'])} blocks)")
     ok = (
