@@ -30,12 +30,11 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import sqlalchemy as sa  # noqa: E402
 
 from benchmarks._redis import bench_redis, delete_prefix  # noqa: E402
 from tidings import App, Job, ShouldBeEncrypted, ShouldQueue  # noqa: E402
@@ -86,7 +85,11 @@ def drain(app: App, concurrency: int) -> None:
 
 def make_app(redis_url: str, prefix: str, **kw: Any) -> App:
     return App(
-        env=False, redis_url=redis_url, key=KEY, prefix=prefix, allowed_modules="benchmarks",
+        env=False,
+        redis_url=redis_url,
+        key=KEY,
+        prefix=prefix,
+        allowed_modules="benchmarks",
         **kw,
     )
 
@@ -96,7 +99,8 @@ def rows_for(n: int) -> list[dict[str, Any]]:
     return [
         {
             "id": uuid.uuid4().hex, "type": "bench.Paid", "notifiable_type": "bench.Member",
-            "notifiable_id": str(i % 100), "data": {"invoice": i, "amount": "12.50", "currency": "EUR"},
+            "notifiable_id": str(i % 100),
+            "data": {"invoice": i, "amount": "12.50", "currency": "EUR"},
             "read_at": None, "created_at": now,
         }
         for i in range(n)
@@ -190,7 +194,8 @@ def main() -> int:
         try:
             targets = {"sqlite": f"sqlite:///{tmp}/bench.sqlite3", "postgresql": pg}
             print("\n## database channel: notifications stored per second")
-            print(f"{'backend':<11} {'queue+worker':>13} {'executemany':>12} {'row+commit':>11}  queue/executemany")
+            head = f"{'backend':<11} {'queue+worker':>13} {'executemany':>12} {'row+commit':>11}"
+            print(f"{head}  queue/executemany")
             for name, url in targets.items():
                 store = NotificationStore(url)
                 got: dict[str, list[float]] = {"queue": [], "many": [], "row": []}
@@ -202,12 +207,17 @@ def main() -> int:
                 print(f"{name:<11} {q:>11,.0f}/s {m:>10,.0f}/s {r:>9,.0f}/s  {q / m:.2f}")
                 store.close()
 
-            print("\n## encryption: drain of no-op jobs (--concurrency 16), rounds interleaved")
+            print(
+                "\n## encryption: drain of no-op jobs (--concurrency 16), "
+                f"{2 * rounds} rounds each, ABBA"
+            )
             plain: list[float] = []
             sealed: list[float] = []
-            for _ in range(rounds):
-                plain.append(drain_rate(server.url, Noop, n))
-                sealed.append(drain_rate(server.url, SealedNoop, n))
+            for i in range(2 * rounds):  # ABBA: neither case always runs first
+                first, second = (Noop, SealedNoop) if i % 2 == 0 else (SealedNoop, Noop)
+                for cls in (first, second):
+                    rate = drain_rate(server.url, cls, n)
+                    (sealed if cls is SealedNoop else plain).append(rate)
             p, s = statistics.median(plain), statistics.median(sealed)
             extra_us = (1 / s - 1 / p) * 1e6
             print(f"plain      {p:>9,.0f} jobs/s")
