@@ -3,8 +3,10 @@ prune, idempotent writes under retries and a lost ack, and failures that lose no
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from tests.support.postgres import PostgresCluster, TestDatabase
 from tests.support.procs import free_port
 from tidings import App
 from tidings.cli import main
-from tidings.notifications import NotificationSent
+from tidings.notifications import Notification, NotificationSent
 from tidings.notifications.channels.database import NotificationStore
 
 __all__ = ["database_url", "pg_url", "postgres_db"]
@@ -282,3 +284,35 @@ def test_a_private_cluster_serves_the_store_when_no_server_runs() -> None:
     finally:
         cluster.stop()
     assert not cluster.root.exists()
+
+
+@dataclass
+class Instant(Notification):
+    """Not queued: notify() stores the row at once, in the caller's process."""
+
+    text: str
+
+    def via(self, notifiable: Any) -> list[str]:
+        return ["database"]
+
+    def to_database(self, notifiable: Any) -> dict[str, Any]:
+        return {"text": self.text}
+
+
+def test_notify_now_and_the_async_twins(redis_url: str, prefix: str, tmp_path: Path) -> None:
+    app = app_on(redis_url, prefix, f"sqlite:///{tmp_path / 'n.db'}")
+    try:
+        ann = models.Member(3, "ann")
+        assert ann.notify(Instant("hello")) == []  # nothing queued
+        [row] = ann.notifications()
+        assert row.data == {"text": "hello"} and row.type.endswith("test_database_channel.Instant")
+
+        async def go() -> tuple[int, int, int]:
+            unread = await ann.unread_notifications_async()
+            marked = await ann.mark_as_read_async(*unread)
+            return len(unread), marked, len(await ann.unread_notifications_async())
+
+        assert asyncio.run(go()) == (1, 1, 0)
+        assert asyncio.run(ann.mark_all_as_read_async()) == 0
+    finally:
+        app.close()

@@ -604,3 +604,27 @@ class HasDatabaseNotifications:
         store, kind, ident = self._notification_store()
         ids = [n.id if isinstance(n, DatabaseNotification) else str(n) for n in notifications]
         return store.delete(kind, ident, ids)
+
+    # -- async twins (FastAPI and other event-loop apps): the same calls in a thread ----
+
+    async def notifications_async(
+        self, *, limit: int | None = None, offset: int = 0
+    ) -> list[DatabaseNotification]:
+        """Async twin of :meth:`notifications`."""
+        return await asyncio.to_thread(lambda: self.notifications(limit=limit, offset=offset))
+
+    async def unread_notifications_async(
+        self, *, limit: int | None = None, offset: int = 0
+    ) -> list[DatabaseNotification]:
+        """Async twin of :meth:`unread_notifications`."""
+        return await asyncio.to_thread(
+            lambda: self.unread_notifications(limit=limit, offset=offset)
+        )
+
+    async def mark_as_read_async(self, *notifications: str | DatabaseNotification) -> int:
+        """Async twin of :meth:`mark_as_read`."""
+        return await asyncio.to_thread(self.mark_as_read, *notifications)
+
+    async def mark_all_as_read_async(self) -> int:
+        """Async twin of :meth:`mark_all_as_read`."""
+        return await asyncio.to_thread(self.mark_all_as_read)
