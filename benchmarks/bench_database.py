@@ -5,8 +5,9 @@
 1. **Database channel**: N queued notifications (``via() == ["database"]``) drained by an
    in-process worker (``--concurrency 32``) into SQLite and PostgreSQL, as rows/s, beside
    two baselines on the same table shape in the same run: one ``executemany`` of N rows
-   in one transaction (the ceiling), and one INSERT + COMMIT per row (what a channel
-   without group commit would do).
+   in one transaction (the database's ceiling), one INSERT + COMMIT per row (what a
+   channel without group commit would do), and the same notifications on a channel that
+   does nothing (the queue's ceiling).
 2. **Encryption**: the drain of N no-op jobs, plain against ``ShouldBeEncrypted``,
    rounds interleaved, as jobs/s and the extra microseconds per job; and the seal + open
    cost of one payload alone.
@@ -59,6 +60,19 @@ class Paid(Notification, ShouldQueue):
 
     def to_database(self, notifiable: Any) -> dict[str, Any]:
         return {"invoice": self.invoice, "amount": "12.50", "currency": "EUR"}
+
+
+@dataclass
+class PaidNowhere(Paid):
+    """The same notification on a channel that does nothing: the queue's own ceiling."""
+
+    def via(self, notifiable: Any) -> list[str]:
+        return ["nowhere"]
+
+
+class Nowhere:
+    async def send(self, notifiable: Any, notification: Any) -> None:
+        return None
 
 
 @dataclass
@@ -132,17 +146,20 @@ def per_row_rate(store: NotificationStore, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def queue_rate(redis_url: str, database_url: str, n: int, concurrency: int) -> float:
+def queue_rate(
+    redis_url: str, database_url: str, n: int, concurrency: int, nowhere: bool = False
+) -> float:
     prefix = f"benchdb{uuid.uuid4().hex[:6]}"
     app = make_app(redis_url, prefix, database_url=database_url)
+    app.extend_channel("nowhere", Nowhere)
     try:
         reset(app.database)
-        app.notify([Member(i) for i in range(n)], Paid(1))
+        app.notify([Member(i) for i in range(n)], PaidNowhere(1) if nowhere else Paid(1))
         t0 = time.perf_counter()
         drain(app, concurrency)
         elapsed = time.perf_counter() - t0
         stored = app.database.count()
-        if stored != n:
+        if stored != (0 if nowhere else n):
             raise RuntimeError(f"stored {stored} of {n}")
         return n / elapsed
     finally:
@@ -195,16 +212,20 @@ def main() -> int:
             targets = {"sqlite": f"sqlite:///{tmp}/bench.sqlite3", "postgresql": pg}
             print("\n## database channel: notifications stored per second")
             head = f"{'backend':<11} {'queue+worker':>13} {'executemany':>12} {'row+commit':>11}"
-            print(f"{head}  queue/executemany")
+            print(f"{head} {'no-op channel':>14}  queue/executemany  queue/no-op")
             for name, url in targets.items():
                 store = NotificationStore(url)
-                got: dict[str, list[float]] = {"queue": [], "many": [], "row": []}
+                got: dict[str, list[float]] = {"queue": [], "many": [], "row": [], "noop": []}
                 for _ in range(rounds):
                     got["queue"].append(queue_rate(server.url, url, n, 32))
                     got["many"].append(executemany_rate(store, n))
                     got["row"].append(per_row_rate(store, min(n, 500)))
-                q, m, r = (statistics.median(got[k]) for k in ("queue", "many", "row"))
-                print(f"{name:<11} {q:>11,.0f}/s {m:>10,.0f}/s {r:>9,.0f}/s  {q / m:.2f}")
+                    got["noop"].append(queue_rate(server.url, url, n, 32, nowhere=True))
+                q, m, r, z = (statistics.median(got[k]) for k in ("queue", "many", "row", "noop"))
+                print(
+                    f"{name:<11} {q:>11,.0f}/s {m:>10,.0f}/s {r:>9,.0f}/s {z:>12,.0f}/s"
+                    f"  {q / m:>17.2f}  {q / z:>11.2f}"
+                )
                 store.close()
 
             print(
