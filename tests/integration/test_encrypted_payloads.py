@@ -4,6 +4,7 @@ rotation, tampering into the failed store with a reason, ``failed show``."""
 from __future__ import annotations
 
 import base64
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -62,6 +63,13 @@ def assert_no_clear_text(client: redis.Redis, prefix: str) -> None:
     for secret in SECRETS:
         assert secret not in blob
         assert base64.b64encode(secret) not in blob
+
+
+def reseal(body: dict[str, Any], app: App, queue: str) -> bytes:
+    """Sign ``body`` as a producer would (binding it to ``queue`` where seal() does)."""
+    if "queue" in inspect.signature(seal).parameters:
+        return seal(body, app.signer, max_bytes=1 << 20, queue=queue)  # type: ignore[call-arg]
+    return seal(body, app.signer, max_bytes=1 << 20)  # type: ignore[arg-type]
 
 
 def app_with(redis_url: str, prefix: str, **kw: Any) -> App:
@@ -183,7 +191,7 @@ def test_tampered_ciphertext_fails_verification_into_the_failed_store(
         raw = bytearray(base64.b64decode(body["data"]["v"]))
         raw[20] ^= 0x01
         body["data"]["v"] = base64.b64encode(bytes(raw)).decode()
-        forged = seal(body, app.signer, max_bytes=1 << 20)
+        forged = reseal(body, app, queue)
         app.queue_for(None).push(queue, [(job_id, forged)], 0)
         work(app)
         assert m.SEEN == []
@@ -206,7 +214,7 @@ def test_sealed_data_cannot_move_to_another_job(redis_url: str, prefix: str) -> 
         )
         body = orjson.loads(other)["body"]
         body["data"] = orjson.loads(envelope)["body"]["data"]  # job A's ciphertext in B
-        app.queue_for(None).push(queue, [(other_id, seal(body, app.signer, max_bytes=1 << 20))], 0)
+        app.queue_for(None).push(queue, [(other_id, reseal(body, app, queue))], 0)
         work(app)
         [record] = app.queue_for(None).failed()
         assert record.id == other_id and "verification failed" in record.exception

@@ -23,11 +23,14 @@ still encrypted.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 import os
 from collections.abc import Sequence
 from typing import Any
+
+import orjson
 
 from tidings.errors import ConfigurationError, PayloadRejected
 
@@ -123,8 +126,6 @@ class Keyring:
 
     def seal(self, data: Any, aad: bytes) -> dict[str, str]:
         """Encrypt the JSON-ready ``data`` into an ``enc`` object."""
-        import orjson
-
         nonce = os.urandom(_NONCE)
         sealed = self._aeads[self._first].encrypt(nonce, orjson.dumps(data), aad)
         return {"__t": _TAG, "k": self._first, "v": base64.b64encode(nonce + sealed).decode()}
@@ -135,15 +136,14 @@ class Keyring:
         Raises:
             PayloadRejected: malformed, tampered, or sealed under an unknown key.
         """
-        import orjson
         from cryptography.exceptions import InvalidTag
 
         kid, text = sealed.get("k"), sealed.get("v")
         if not isinstance(kid, str) or not isinstance(text, str):
             raise PayloadRejected("encrypted payload is malformed")
         try:
-            raw = base64.b64decode(text, validate=True)
-        except ValueError:
+            raw = binascii.a2b_base64(text, strict_mode=True)
+        except (ValueError, binascii.Error):
             raise PayloadRejected("encrypted payload is malformed (not base64)") from None
         if len(raw) < _NONCE + 16:
             raise PayloadRejected("encrypted payload is malformed (too short)")
@@ -197,8 +197,6 @@ def is_encrypted(data: Any) -> bool:
 def encrypted_key_id(envelope: bytes) -> str | None:
     """The key id of an envelope whose data is sealed (None: not sealed, or unreadable).
     Reads without verifying: for display only (``failed show``, dashboards)."""
-    import orjson
-
     try:
         doc = orjson.loads(envelope)
     except orjson.JSONDecodeError:
