@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -233,3 +234,15 @@ def test_failed_record_never_holds_the_token(redis_url: str, prefix: str) -> Non
             app.close()
     assert record.attempts == 1 and "slack HTTP 401" in record.exception
     assert "SeCrEtSlAcKtOkEn" not in record.exception + record.payload.decode()
+
+
+def test_webhook_url_stays_out_of_logs_and_a_huge_reply_is_capped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with HttpServer([Reply(200, b"ok", content_length=10**9)]) as server:
+        url = server.url + HOOK_PATH
+        result = send(slack_transport_from_url(url, allow_private=True), SlackMessage("x"))
+    assert result.status == 200 and len(result.response) <= 300
+    assert caplog.records  # httpx/httpcore did log (so the check below means something)
+    assert "hookSecretPart42" not in caplog.text

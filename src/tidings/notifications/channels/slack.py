@@ -26,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import urllib.parse
-from typing import Any, Self
+from collections.abc import Awaitable, Callable
+from typing import Any, Self, TypeVar
 
 import httpx
 import orjson
@@ -56,6 +57,7 @@ from tidings.notifications.net import (
 __all__ = ["SlackChannel", "SlackMessage", "SlackTransport", "slack_transport_from_url"]
 
 _log = logging.getLogger("tidings.slack")
+_T = TypeVar("_T")
 _API = "https://slack.com/api"
 # ``ok: false`` errors worth retrying; every other one is permanent.
 _TRANSIENT = {
@@ -282,8 +284,16 @@ class SlackTransport:
         self._secrets: list[str | None] = [token, webhook_url]
         timeout = httpx.Timeout(timeout_s)
         self._api = httpx.AsyncClient(timeout=timeout, trust_env=False, follow_redirects=False)
+        # Webhook requests go straight to the pinned transport (as in the webhook channel):
+        # the client's INFO log line would print the URL, which is the credential, and its
+        # cookie jar would carry what one endpoint sets to the next. The client only builds
+        # requests and owns the pool.
+        self._hook_transport = PinnedTransport()
         self._hooks = httpx.AsyncClient(
-            transport=PinnedTransport(), timeout=timeout, trust_env=False, follow_redirects=False
+            transport=self._hook_transport,
+            timeout=timeout,
+            trust_env=False,
+            follow_redirects=False,
         )
         self._resolver = SystemResolver()
 
@@ -339,10 +349,10 @@ class SlackTransport:
                 "content-type": "application/json; charset=utf-8",
             },
         )
-        response = await self._exchange(self._api, request, "slack.com")
+        response = await self._exchange(lambda: self._api.send(request), "slack.com")
         status = response.status_code
         body = _json(response.content)
-        self._check_status(status, response, body)
+        self._check_status(status, response.headers, body)
         if not isinstance(body, dict) or body.get("ok") is not True:
             error = str(body.get("error", "unknown")) if isinstance(body, dict) else "not JSON"
             kind = TransientChannelError if error in _TRANSIENT else PermanentChannelError
@@ -363,23 +373,38 @@ class SlackTransport:
         request = self._hooks.build_request(
             "POST", url, content=orjson.dumps(payload), headers={"content-type": "application/json"}
         )
-        try:
-            with pinned(target.host, target.port, ip):
-                response = await self._exchange(self._hooks, request, target.host, url)
-        finally:
-            self._hooks.cookies.clear()  # nothing one endpoint sets reaches the next
-        status = response.status_code
-        text = response.content[:512].decode("utf-8", "replace")
-        self._check_status(status, response, None, text, url)
+        with pinned(target.host, target.port, ip):
+            status, headers, content = await self._exchange_direct(request, target.host, url)
+        text = content[:512].decode("utf-8", "replace")
+        self._check_status(status, headers, None, text, url)
         reply = shorten(redact(text, [*self._secrets, url])) or "ok"
         return DeliveryResult("slack", delivery_id, reply, None, status)
 
+    async def _exchange_direct(
+        self, request: httpx.Request, host: str, url: str
+    ) -> tuple[int, httpx.Headers, bytes]:
+        async def go() -> tuple[int, httpx.Headers, bytes]:
+            response = await self._hook_transport.handle_async_request(request)
+            chunks: list[bytes] = []
+            remaining = 65536  # at most this much of a reply is read
+            try:
+                async for chunk in response.aiter_raw():
+                    chunks.append(chunk[:remaining])
+                    remaining -= len(chunks[-1])
+                    if remaining <= 0:
+                        break
+            finally:
+                await response.aclose()
+            return response.status_code, response.headers, b"".join(chunks)
+
+        return await self._exchange(go, host, url)
+
     async def _exchange(
-        self, client: httpx.AsyncClient, request: httpx.Request, host: str, url: str | None = None
-    ) -> httpx.Response:
+        self, call: Callable[[], Awaitable[_T]], host: str, url: str | None = None
+    ) -> _T:
         try:
             async with asyncio.timeout(self._timeout_s):
-                return await client.send(request)
+                return await call()
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             raise self._error(
                 TransientChannelError, f"cannot connect to {host} ({type(exc).__name__})", url=url
@@ -395,7 +420,7 @@ class SlackTransport:
     def _check_status(
         self,
         status: int,
-        response: httpx.Response,
+        headers: httpx.Headers,
         body: Any,
         text: str = "",
         url: str | None = None,
@@ -405,7 +430,7 @@ class SlackTransport:
         detail = text or (str(body.get("error", "")) if isinstance(body, dict) else "")
         detail = shorten(detail, 120)
         if status == 429:
-            retry = parse_retry_after(response.headers.get("retry-after"))
+            retry = parse_retry_after(headers.get("retry-after"))
             raise self._error(
                 TransientChannelError, "slack HTTP 429: rate limited", 429, retry, url
             )
