@@ -246,3 +246,14 @@ def test_webhook_url_stays_out_of_logs_and_a_huge_reply_is_capped(
     assert result.status == 200 and len(result.response) <= 300
     assert caplog.records  # httpx/httpcore did log (so the check below means something)
     assert "hookSecretPart42" not in caplog.text
+
+
+def test_a_forbidden_webhook_route_is_refused_at_notify_time(redis_url: str, prefix: str) -> None:
+    app = make_app(redis_url, prefix, None, slack_url="log://", webhook_allow_private=False)
+    try:
+        with pytest.raises(ValidationError):
+            Ops(1, slack_channel="http://169.254.169.254/latest").notify(Deployed("v3"))
+        assert app.queue_for(None).sizes(["default"])["default"]["ready"] == 0
+        assert Ops(1, slack_channel="#fine").notify(Deployed("v3"))  # a channel name is queued
+    finally:
+        app.close()

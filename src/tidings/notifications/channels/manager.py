@@ -181,7 +181,9 @@ class ChannelManager:
                 validate_email(address, "to")
         elif name == "sms":
             validate_e164(str(value), "to")
-        elif name == "webhook":
+        elif name == "webhook" or (
+            name == "slack" and str(value).lower().startswith(("http://", "https://"))
+        ):
             check_url(str(value), self.app.settings.webhook_allow_private)
 
     async def send(self, name: str, notifiable: Any, notification: Any, delivery_id: str) -> Any:
