@@ -32,6 +32,7 @@ from tidings.events.listener import Event, Listener, ShouldQueue, queued
 from tidings.queue.backoff import Exponential
 from tidings.queue.batch import batch
 from tidings.queue.chain import chain
+from tidings.queue.encryption import ShouldBeEncrypted
 from tidings.queue.job import Job, PendingDispatch
 from tidings.queue.limits import RateLimited, Skip, ThrottlesExceptions, WithoutOverlapping
 
@@ -51,6 +52,7 @@ __all__ = [
     "QueueUnavailable",
     "RateLimited",
     "SerializationError",
+    "ShouldBeEncrypted",
     "ShouldQueue",
     "Skip",
     "ThrottlesExceptions",

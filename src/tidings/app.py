@@ -83,7 +83,7 @@ class App:
     Args:
         redis_url, key, mail_url, mail_from, sms_url, webhook_secret, allowed_modules,
         retry_after, prefix, webhook_allow_private, templates, max_payload_bytes,
-        schedule_timezone:
+        schedule_timezone, database_url, slack_url, encrypt, encryption_key:
             as the ``TIDINGS_*`` variables of the same name (keywords win).
         connections: extra named Redis URLs for ``on_connection(name)``.
         env: read settings from the environment as well (``from_env`` sets it).
@@ -107,6 +107,8 @@ class App:
         self.schedules: list[Any] = []  # Schedule entries (schedule)
         self._notifications: Any = None
         self._meter: Any = None  # tidings.metrics.Meter, in worker processes
+        self._keyring: Any = None
+        self._database: Any = None
         # Called around every sync job (and model load) in a worker thread: the Django
         # integration closes stale database connections there (see wrap_thread_call).
         self.thread_call_wrappers: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = []
@@ -141,6 +143,28 @@ class App:
         return app
 
     # -- queue plumbing ----------------------------------------------------------------
+
+    @property
+    def keyring(self) -> Any:
+        """The :class:`~tidings.queue.encryption.Keyring` of encrypted payloads (made on
+        first use, from ``encryption_key`` or else the signing keys)."""
+        if self._keyring is None:
+            from tidings.queue.encryption import keyring_from_settings
+
+            self._keyring = keyring_from_settings(
+                self.settings.encryption_key, parse_keys(self.settings.key)
+            )
+        return self._keyring
+
+    @property
+    def database(self) -> Any:
+        """The :class:`~tidings.notifications.channels.database.NotificationStore` of the
+        ``database`` channel (``database_url``; needs the ``database`` extra)."""
+        if self._database is None:
+            from tidings.notifications.channels.database import NotificationStore
+
+            self._database = NotificationStore(self.settings.database_url)
+        return self._database
 
     @property
     def retry_after_s(self) -> float:
@@ -606,6 +630,8 @@ class App:
         self.close()
 
     def close(self) -> None:
-        """Close sync Redis connections."""
+        """Close sync Redis connections (and the notifications database's pool)."""
         for rq in self._queues.values():
             rq.close()
+        if self._database is not None:
+            self._database.close()

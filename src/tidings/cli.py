@@ -24,7 +24,9 @@ from tidings import cli_observe
 from tidings._version import __version__
 from tidings.app import App
 from tidings.cli_batches import make_group as make_batches_group
+from tidings.cli_db import make_group as make_db_group
 from tidings.errors import QueueUnavailable
+from tidings.queue.encryption import encrypted_key_id
 from tidings.queue.events import JobFailed, JobProcessed, JobProcessing, JobReleased
 from tidings.queue.redis_errors import REDIS_ERRORS, is_transient
 from tidings.queue.worker import EXIT_CONFIG, EXIT_STUCK, Worker, WorkerOptions
@@ -379,8 +381,12 @@ def failed_show(ctx: click.Context, job_id: str) -> None:
     rid, queue, name = escape(record.id), escape(record.queue), escape(record.name)
     click.echo(f"id:        {rid}\nqueue:     {queue}\nname:      {name}")
     click.echo(f"failed at: {dt.datetime.fromtimestamp(record.failed_at).isoformat()}")
+    click.echo(f"attempts:  {record.attempts}")
+    sealed = encrypted_key_id(record.payload)
+    if sealed is not None:
+        click.echo(f"data:      encrypted (AES-256-GCM, key {escape(sealed)}); shown sealed")
     exception = escape(redact(record.exception), multiline=True)
-    click.echo(f"attempts:  {record.attempts}\n\n{exception}\n")
+    click.echo(f"\n{exception}\n")
     payload = redact(record.payload.decode("utf-8", "replace"))[:4096]
     click.echo(escape(payload, multiline=True))
 
@@ -430,6 +436,7 @@ def failed_prune(ctx: click.Context, hours: float) -> None:
 
 main.add_command(make_batches_group(_app), "batches")
 cli_observe.register(main, _app)
+main.add_command(make_db_group(_app), "db")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -41,6 +41,10 @@ class Settings:
     after_commit: bool = False
     missing_models: str = "fail"
     mail_allow_test_domains: bool = False
+    database_url: str = "sqlite:///.tidings/notifications.sqlite3"
+    slack_url: str | None = None
+    encrypt: bool = False
+    encryption_key: str | None = None
 
     @classmethod
     def resolve(
@@ -81,8 +85,9 @@ class Settings:
         if "tidings" not in modules:
             modules = (*modules, "tidings")
         settings = cls(redis_url=str(url), key=str(key), allowed_modules=modules, embedded=embedded)
+        settings.database_url = f"sqlite:///{home / 'notifications.sqlite3'}"
         names = ("mail_url", "mail_from", "sms_url", "webhook_secret", "prefix", "templates")
-        for name in (*names, "schedule_timezone"):
+        for name in (*names, "schedule_timezone", "database_url", "slack_url", "encryption_key"):
             value = get(name)
             if value is not None:
                 setattr(settings, name, str(value))
@@ -110,6 +115,9 @@ class Settings:
                     f"TIDINGS_MISSING_MODELS must be 'fail' or 'skip', not {value!r}"
                 )
             settings.missing_models = str(value)
+        value = get("encrypt")
+        if value is not None:
+            settings.encrypt = value is True or str(value).lower() in _TRUE
         conns = options.get("connections")
         if isinstance(conns, Mapping):
             settings.connections = {str(k): str(v) for k, v in conns.items()}

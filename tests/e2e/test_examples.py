@@ -109,3 +109,14 @@ def test_the_signup_example(workdir: Path) -> None:
     assert "Subject: Welcome aboard, Ada!" in emls[0].read_text()
     assert re.search(r"^webhook verified id=\w+ payload=.*\"user.welcomed\"", out, re.M)
     assert re.search(r"^sms .*to=\+15551234567", out, re.M)
+
+
+def test_the_inbox_example(workdir: Path) -> None:
+    """Database channel, Slack and an encrypted payload, on the embedded defaults."""
+    out = run_example("examples/inbox/run.py", workdir).stdout
+    assert "[redis] the email address in clear: False" in out
+    assert re.search(r"^\[inbox\] unread InvoicePaid .*\"invoice\": 42", out, re.M), out
+    assert "[inbox] mark_all_as_read() -> 1; unread now 0" in out
+    assert "[slack] #billing: Invoice 42 paid by Ada (4 blocks)" in out
+    assert "OK: encrypted in Redis -> database row + Slack message" in out
+    assert (workdir / ".tidings" / "notifications.sqlite3").exists()

@@ -32,6 +32,7 @@ PUBLIC: dict[str, set[str]] = {
         "QueueUnavailable",
         "RateLimited",
         "SerializationError",
+        "ShouldBeEncrypted",
         "ShouldQueue",
         "Skip",
         "ThrottlesExceptions",
@@ -47,6 +48,7 @@ PUBLIC: dict[str, set[str]] = {
     },
     "tidings.notifications": {
         "AnonymousNotifiable",
+        "DatabaseNotification",
         "MailMessage",
         "Notifiable",
         "Notification",
@@ -54,6 +56,7 @@ PUBLIC: dict[str, set[str]] = {
         "NotificationSending",
         "NotificationSent",
         "SendQueuedNotification",
+        "SlackMessage",
         "SmsMessage",
         "WebhookEndpoint",
         "WebhookMessage",

@@ -9,6 +9,8 @@
     user.notify(InvoicePaid(invoice))
 """
 
+from tidings.notifications.channels.database import DatabaseNotification
+from tidings.notifications.channels.slack import SlackMessage
 from tidings.notifications.events import NotificationFailed, NotificationSending, NotificationSent
 from tidings.notifications.messages import (
     MailMessage,
@@ -22,6 +24,7 @@ from tidings.notifications.webhooks import verify_webhook
 
 __all__ = [
     "AnonymousNotifiable",
+    "DatabaseNotification",
     "MailMessage",
     "Notifiable",
     "Notification",
@@ -29,6 +32,7 @@ __all__ = [
     "NotificationSending",
     "NotificationSent",
     "SendQueuedNotification",
+    "SlackMessage",
     "SmsMessage",
     "WebhookEndpoint",
     "WebhookMessage",

@@ -6,8 +6,15 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tidings import _current
+from tidings.notifications.channels.database import HasDatabaseNotifications
 
-DEFAULT_ROUTE_ATTRS = {"mail": "email", "sms": "phone", "webhook": "webhook_url"}
+DEFAULT_ROUTE_ATTRS = {
+    "mail": "email",
+    "sms": "phone",
+    "webhook": "webhook_url",
+    "database": "id",
+    "slack": "slack_channel",
+}
 
 
 class Notification:
@@ -52,12 +59,15 @@ class Notification:
         return []
 
 
-class Notifiable:
+class Notifiable(HasDatabaseNotifications):
     """Mixin for things that receive notifications (users, teams ...).
 
-    Routes default to the attributes ``email`` (mail), ``phone`` (sms) and
-    ``webhook_url`` (webhook); define ``route_notification_for_<channel>(notification)``
-    or override :meth:`route_notification_for` to change them.
+    Routes default to the attributes ``email`` (mail), ``phone`` (sms),
+    ``webhook_url`` (webhook), ``id`` (database) and ``slack_channel`` (slack); define
+    ``route_notification_for_<channel>(notification)`` or override
+    :meth:`route_notification_for` to change them. The database channel's API
+    (``notifications()``, ``unread_notifications()``, ``mark_as_read()`` ...) comes from
+    :class:`~tidings.notifications.channels.database.HasDatabaseNotifications`.
     """
 
     __tidings_serializable__: ClassVar[bool] = True

@@ -10,6 +10,7 @@ from typing import Any
 from tidings import _clock, tracing
 from tidings.queue import serializer
 from tidings.queue.backoff import encode_backoff
+from tidings.queue.encryption import seal_data
 from tidings.queue.job import Job, PendingDispatch, delay_seconds, option
 from tidings.queue.payload import JobBody, seal
 from tidings.queue.signing import Signer
@@ -52,11 +53,12 @@ def build_body(job: Job, job_id: str, chain: list[Any] | None = None) -> JobBody
         SerializationError: the job holds a value with no queued form.
     """
     src = job.option_source()
+    path = serializer.class_path(type(job))
     body: JobBody = {
         "uuid": job_id,
         "displayName": job.display_name(),
-        "job": serializer.class_path(type(job)),
-        "data": serializer.encode(job),
+        "job": path,
+        "data": seal_data(serializer.encode(job), job, job_id, path),
         "maxTries": option(src, "tries"),
         "maxExceptions": option(src, "max_exceptions"),
         "backoff": encode_backoff(option(src, "backoff")),

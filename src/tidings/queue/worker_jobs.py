@@ -39,6 +39,7 @@ from tidings.errors import (
 from tidings.queue import serializer
 from tidings.queue.backoff import delay_for
 from tidings.queue.broker import Reserved
+from tidings.queue.encryption import open_data
 from tidings.queue.events import JobFailed, JobProcessed, JobProcessing, JobReleased
 from tidings.queue.job import Job, JobRun, _run, running
 from tidings.queue.payload import JobBody, open_envelope
@@ -108,6 +109,8 @@ class JobRunner(WorkerBase):
             cls = self.host.resolve_class(body["job"])
             if not (isinstance(cls, type) and issubclass(cls, Job)):
                 raise PayloadRejected(f"unknown job type {body['job']!r}: not a Job class")
+            # Decrypted once, here (ShouldBeEncrypted); the stored envelope stays sealed.
+            body["data"] = open_data(body, self.host)
             try:
                 job = serializer.decode(body["data"], self.host.resolve_class)
             except serializer.NeedsThread:

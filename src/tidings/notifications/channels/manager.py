@@ -1,4 +1,4 @@
-"""Channels by name: the built-in mail, sms and webhook, and the app's own.
+"""Channels by name: the built-in mail, sms, webhook, database and slack, and the app's own.
 
 A channel is any object with ``async send(notifiable, notification)`` (built-ins also
 take the delivery id). Built-ins wrap a transport that holds connections bound to an
@@ -116,7 +116,25 @@ class WebhookChannel:
         await self.transport.close()
 
 
-BUILTIN: dict[str, Factory] = {"mail": MailChannel, "sms": SmsChannel, "webhook": WebhookChannel}
+def _database_channel(app: Any) -> Any:
+    from tidings.notifications.channels.database import DatabaseChannel
+
+    return DatabaseChannel(app)
+
+
+def _slack_channel(app: Any) -> Any:
+    from tidings.notifications.channels.slack import SlackChannel
+
+    return SlackChannel(app)
+
+
+BUILTIN: dict[str, Factory] = {
+    "mail": MailChannel,
+    "sms": SmsChannel,
+    "webhook": WebhookChannel,
+    "database": _database_channel,
+    "slack": _slack_channel,
+}
 
 
 class ChannelManager:
@@ -170,7 +188,9 @@ class ChannelManager:
                 validate_email(address, "to")
         elif name == "sms":
             validate_e164(str(value), "to")
-        else:
+        elif name == "webhook" or (
+            name == "slack" and str(value).lower().startswith(("http://", "https://"))
+        ):
             url = getattr(value, "url", value)  # a WebhookEndpoint carries its secret too
             check_url(str(url), self.app.settings.webhook_allow_private)
 
