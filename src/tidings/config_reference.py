@@ -46,6 +46,19 @@ MEANINGS: dict[str, str] = {
     "templates": "directory of the app's mail templates",
     "max_payload_bytes": "largest signed payload accepted at dispatch and at pop",
     "connections": "extra named Redis URLs for `on_connection(name)` (keyword only: a dict)",
+    "database_url": (
+        "SQLAlchemy URL of the `database` channel's `notifications` table (SQLite, "
+        "PostgreSQL, MySQL); created on first use or by `notify-worker db upgrade`"
+    ),
+    "slack_url": (
+        "`slack://BOT_TOKEN@default?channel=C...` (Web API), an incoming-webhook "
+        "`https://` URL, or `log://`"
+    ),
+    "encrypt": "`1` encrypts every job's data (AES-256-GCM), not only `ShouldBeEncrypted` ones",
+    "encryption_key": (
+        "AES key(s), comma-separated: the first encrypts, all decrypt (rotation); "
+        "unset: derived from `TIDINGS_KEY` with HKDF"
+    ),
     "schedule_timezone": (
         "IANA zone (e.g. `Europe/Paris`) whose wall clock cron schedules read when they "
         "give no `tz=`; DST-correct; unset: UTC"
