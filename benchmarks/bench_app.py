@@ -88,6 +88,19 @@ class Stamp(Job):
         await app.queue_for(None).aclient().rpush(mark_key("latency"), record)
 
 
+@dataclass
+class StampSync(Job):
+    """:class:`Stamp` with a sync ``handle`` (the handler most Django and Flask users write)."""
+
+    sent_at: float = 0.0
+
+    def handle(self) -> None:
+        started = time.time()
+        wait, heard = _waits.pop(self.job_id or "", (-1.0, 0.0))
+        record = f"{started - self.sent_at:.6f},{wait:.6f},{heard - self.sent_at:.6f}"
+        app.queue_for(None).client.rpush(mark_key("latency"), record)
+
+
 def _on_starting(event: WorkerStarting) -> None:
     app.queue_for(None).client.rpush(mark_key("started"), f"{time.time():.6f}")
 

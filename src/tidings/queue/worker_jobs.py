@@ -9,10 +9,12 @@
            self.fail(exc) or a payload that cannot run: _fail, JobFailed
            an exception: _on_exception retries with backoff, or fails when out of tries
 
-An async handler runs as a task under ``asyncio.timeout``; a sync one runs in the
-worker's thread pool, and one that overruns its timeout cannot be cancelled, so the
-worker fails or releases it and stops with ``EXIT_STUCK`` for its supervisor to
-restart. Acks are only queued here; :mod:`tidings.queue.worker_upkeep` sends them.
+An async handler runs as a task under ``asyncio.timeout``; a sync one runs on the
+worker's long-lived job threads (:class:`~tidings.queue.runner.SyncRunner`: fed and
+settled in batches, one timer for every deadline), and one that overruns its timeout
+cannot be cancelled, so the worker fails or releases it and stops with ``EXIT_STUCK``
+for its supervisor to restart. Acks are only queued here;
+:mod:`tidings.queue.worker_upkeep` sends them.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tidings.queue.broker import Reserved
 from tidings.queue.events import JobFailed, JobProcessed, JobProcessing, JobReleased
 from tidings.queue.job import Job, JobRun, _run, running
 from tidings.queue.payload import JobBody, open_envelope
+from tidings.queue.runner import Overran
 from tidings.queue.worker_base import EXIT_STUCK, RunningJob, WorkerBase, short_error
 
 log = logging.getLogger("tidings.worker")
@@ -170,26 +173,21 @@ class JobRunner(WorkerBase):
                 _run.reset(token)
         ctx = contextvars.copy_context()
         ctx.run(_run.set, run)
-        loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(self._executor, ctx.run, handle)
-        self._threads_busy += 1
-        fut.add_done_callback(self._thread_done)
-        done, _ = await asyncio.wait({fut}, timeout=limit)
-        if not done:
+        try:
+            result = await self._runner.submit(handle, ctx, limit)
+        except Overran:
             # A thread cannot be cancelled: fail or release this job, finish the others,
             # and exit non-zero so the supervisor starts a fresh process.
             log.error(
                 "sync job %s overran its timeout of %ss; the worker will exit", run.job_id, limit
             )
             self.stop("a sync job could not be cancelled after its timeout", EXIT_STUCK)
-            raise JobTimeout(f"job ran longer than its timeout of {limit}s (sync; worker recycled)")
-        result = fut.result()
+            raise JobTimeout(
+                f"job ran longer than its timeout of {limit}s (sync; worker recycled)"
+            ) from None
         if inspect.isawaitable(result):
             return await result
         return result
-
-    def _thread_done(self, _fut: asyncio.Future[Any]) -> None:
-        self._threads_busy -= 1
 
     async def _on_exception(
         self, res: Reserved, body: JobBody, job: Job, exc: BaseException, max_tries: int, t0: float
