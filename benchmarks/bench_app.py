@@ -217,13 +217,14 @@ def _build_taskiq() -> None:
         url=app.settings.redis_url, queue_name=f"{app.settings.prefix}-taskiq"
     )
 
+    # Sync bodies, as every peer's but saq's (taskiq runs them in its thread pool).
     @broker.task
-    async def taskiq_noop(n: int = 0) -> None:
+    def taskiq_noop(n: int = 0) -> None:
         return None
 
     @broker.task
-    async def taskiq_stamp(sent_at: float = 0.0) -> None:
-        await _peer_arecord(sent_at)
+    def taskiq_stamp(sent_at: float = 0.0) -> None:
+        _peer_record(sent_at)
 
     _peers.update(taskiq_broker=broker, taskiq_noop=taskiq_noop, taskiq_stamp=taskiq_stamp)
 
