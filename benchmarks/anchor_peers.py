@@ -155,7 +155,7 @@ def anchors(ctx: Ctx, missing: list[str]) -> list[Peer]:
 
 
 def anchor_versions() -> str:
-    """", Sidekiq x (ruby y), BullMQ z (node w)" for the anchors installed."""
+    """The anchors' versions, as ", Sidekiq x (ruby y), BullMQ z (node w)"."""
     out = ""
     try:
         code = 'require "sidekiq"; print Sidekiq::VERSION, " (ruby ", RUBY_VERSION, ")"'
