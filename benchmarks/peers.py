@@ -441,9 +441,7 @@ def stop_tree(peer: Peer, proc: subprocess.Popen[bytes]) -> None:
 # -- measuring ---------------------------------------------------------------------------
 
 
-def _poll_drain(
-    pending: Callable[[], int], n: int, procs: list[subprocess.Popen[bytes]]
-) -> float:
+def _poll_drain(pending: Callable[[], int], n: int, procs: list[subprocess.Popen[bytes]]) -> float:
     """jobs/s from the first job taken to the last, by polling the peer's own count."""
     first: tuple[float, int] | None = None
     deadline = time.monotonic() + WORKER_TIMEOUT_S
@@ -588,9 +586,7 @@ def _measure(ctx: Ctx, peers: list[Peer]) -> list[Row]:
             theirs = results[name]
             drain = f"{sync[1] / theirs[1]:.2f}x sync, {asyn[1] / theirs[1]:.2f}x async"
             row.ratio = (
-                drain
-                if row.figure.endswith(": drain")
-                else f"{asyn[0] / theirs[0]:.2f}x / {drain}"
+                drain if row.figure.endswith(": drain") else f"{asyn[0] / theirs[0]:.2f}x / {drain}"
             )
 
     # Latency moves with the machine's phases even more than rates do: the peers take
