@@ -23,6 +23,10 @@ the thread then take turns job by job, each waking the other (py-spy: the loop s
   since the last check (every awake thread is inside a handler), one more thread is
   woken, up to ``max_threads`` (the worker's ``--concurrency``), so slow handlers still
   run side by side as in a thread pool.
+* **An idle worker's job**: when it is the only one in flight and a thread must be
+  woken for it, the loop waits (up to :data:`HANDOVER_S`) until the thread has taken
+  it, rather than going on with its next steps (sending the next blocking wait) while
+  the thread waits for the GIL: the handler starts one thread wake-up after the job.
 * **Timeouts**: one loop timer at the earliest deadline of the jobs in flight (not one
   per job). A job past its deadline has its future failed with :class:`Overran`; its
   thread cannot be stopped and stays counted in :attr:`SyncRunner.busy`, which is how
@@ -46,6 +50,10 @@ from typing import Any
 STALL_S = 0.002
 """How long jobs may wait in the deque with no thread taking any before another thread
 is woken (the cost, at most, of a handler that blocks while others are queued)."""
+
+
+HANDOVER_S = 0.002
+"""How long an idle worker's loop waits for a woken thread to take the one job in flight."""
 
 
 class Overran(Exception):
@@ -92,6 +100,8 @@ class SyncRunner:
         self._timed: dict[_Item, None] = {}  # in flight with a deadline, oldest first
         self._deadline: asyncio.TimerHandle | None = None
         self._deadline_at = 0.0
+        self._handover = False  # the loop waits on _handed until a thread takes a job
+        self._handed = threading.Event()
         self._closed = False
         self.busy = 0
         """Handlers running in a thread right now (a stuck one included)."""
@@ -99,10 +109,20 @@ class SyncRunner:
     # -- the loop's side -------------------------------------------------------------
 
     def submit(
-        self, fn: Callable[[], Any], ctx: contextvars.Context, timeout_s: float | None = None
+        self,
+        fn: Callable[[], Any],
+        ctx: contextvars.Context,
+        timeout_s: float | None = None,
+        *,
+        alone: bool = False,
     ) -> asyncio.Future[Any]:
         """Run ``ctx.run(fn)`` in a thread; a future of its result. With ``timeout_s``,
-        the future fails with :class:`Overran` once it is due and the call still runs."""
+        the future fails with :class:`Overran` once it is due and the call still runs.
+
+        ``alone``: nothing else is in flight on the loop. If a sleeping thread has to be
+        woken for this job, the loop then waits (at most :data:`HANDOVER_S`) until that
+        thread has taken it, so the handler starts as soon as the thread is up instead
+        of after the loop's next steps (the latency path of an idle worker)."""
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -111,12 +131,16 @@ class SyncRunner:
         fut = loop.create_future()
         deadline = loop.time() + timeout_s if timeout_s else None
         item = _Item(fn, ctx, fut, deadline)
+        handover = False
         with self._lock:
             self._todo.append(item)
-            if not self._free and not self.busy:
-                # No thread is awake: wake one. A thread inside a handler takes this job
-                # when it is done; if it blocks, the stall check adds a thread.
-                self._add_thread()
+            # No thread is awake: wake one. A thread inside a handler takes this job when
+            # it is done; if it blocks, the stall check adds a thread.
+            if not self._free and not self.busy and self._add_thread() and alone:
+                handover = self._handover = True
+                self._handed.clear()
+        if handover:
+            self._handed.wait(HANDOVER_S)
         if self._stall is None:
             self._stall_taken = self._taken
             self._stall = loop.call_later(STALL_S, self._check_stall)
@@ -224,6 +248,9 @@ class SyncRunner:
                     self._wake.wait()  # the waker moved this thread from _idle to _free
                     self._free -= 1
                 item = todo.popleft()
+                if self._handover:
+                    self._handover = False
+                    self._handed.set()
                 self._taken += 1
                 self.busy += 1
                 lock.release()

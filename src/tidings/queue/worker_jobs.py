@@ -174,7 +174,7 @@ class JobRunner(WorkerBase):
         ctx = contextvars.copy_context()
         ctx.run(_run.set, run)
         try:
-            result = await self._runner.submit(handle, ctx, limit)
+            result = await self._runner.submit(handle, ctx, limit, alone=len(self._running) == 1)
         except Overran:
             # A thread cannot be cancelled: fail or release this job, finish the others,
             # and exit non-zero so the supervisor starts a fresh process.
