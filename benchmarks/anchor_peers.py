@@ -80,7 +80,7 @@ def _sidekiq(ctx: Ctx, concurrency: int, *, default: bool) -> Peer:
         lambda: int(ctx.client.llen(SIDEKIQ_QUEUE)),
         f"sidekiq -c {concurrency}" + (" (its default)" if default else "") + ", Ruby, 1 process",
         stamp=stamp if default else None,
-        latency_env={"BENCH_LATENCY_KEY": _app().mark_key("latency")},
+        env={"BENCH_LATENCY_KEY": _app().mark_key("latency")},
         idle_wait="BRPOP, timeout 2 s, one per processor thread",
         anchor=True,
         drain_only=not default,
@@ -125,7 +125,7 @@ def _bullmq(ctx: Ctx, concurrency: int, *, default: bool) -> Peer:
         f"BullMQ Worker, concurrency {concurrency}"
         + (" (its default)" if default else "")
         + ", Node, 1 process",
-        latency_env={
+        env={
             "BULLMQ_QUEUE": BULLMQ_QUEUE,
             "BULLMQ_CONCURRENCY": str(concurrency),
             "BENCH_LATENCY_KEY": _app().mark_key("latency"),

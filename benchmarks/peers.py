@@ -22,6 +22,7 @@ they run only on the private Redis ``run.py`` starts.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import statistics
@@ -45,7 +46,6 @@ from benchmarks.bench_queue import (
     _paced,
     _pcts,
     _text,
-    median_of,
     notify_worker_argv,
     rate,
     spawn,
@@ -77,11 +77,16 @@ class Peer:
     """Run after the keys are reset and before pushing (taskiq: declare the stream's group)."""
     close: Callable[[], Any] | None = None
     latency_env: dict[str, str] = field(default_factory=dict)
+    """Environment of the latency worker only."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment of every worker of this peer (drain and latency)."""
     idle_wait: str = ""
     """How its idle worker waits for a job (printed beside its latency)."""
     stop_grace_s: float = 30.0
     """How long the worker gets to exit on SIGTERM before it is stopped harder."""
     hard_stops: int = 0
+    push_timed: bool = True
+    """Whether its one-at-a-time enqueue is a figure of its own (not for a second tree)."""
     procs: int = 1
     """Worker processes started for the drain (each runs ``worker``)."""
     drain_only: bool = False
@@ -153,33 +158,46 @@ def _peers(ctx: Ctx) -> tuple[list[Peer], list[str]]:
     peers: list[Peer] = []
     missing: list[str] = []
     k = b.app.queue_for(None).keys("default")
+    # TIDINGS_BENCH_BEFORE=<src dir of another tidings checkout>: that tree's workers run
+    # as extra peers in the same run, taking turns with this one's (before/after tables).
+    trees = [("", {})]
+    before = os.environ.get("TIDINGS_BENCH_BEFORE")
+    if before:
+        path = os.pathsep.join(p for p in (before, os.environ.get("PYTHONPATH", "")) if p)
+        trees.append((" (before)", {"PYTHONPATH": path}))
     # tidings twice: a sync ``def handle`` (what the peers' bodies are, and what most
     # Django/Flask code is) and an ``async def handle``.
-    for name, job, stamp_job in (
-        ("tidings sync", b.NoOpSyncJob, b.StampSync),
-        ("tidings async", b.NoOpJob, b.Stamp),
+    for (tag, env), (name, job, stamp_job) in itertools.product(
+        trees,
+        (
+            ("tidings sync", b.NoOpSyncJob, b.StampSync),
+            ("tidings async", b.NoOpJob, b.Stamp),
+        ),
     ):
         peers.append(
             Peer(
-                name,
+                name + tag,
                 lambda i, job=job: job(i).dispatch(),
                 notify_worker_argv(),
                 lambda: int(ctx.client.hlen(k.jobs)),
                 f"notify-worker, defaults (--concurrency 16), {name.split()[1]} handle()",
                 stamp=lambda sent_at, stamp_job=stamp_job: stamp_job(sent_at=sent_at).dispatch(),
                 latency_env={"TIDINGS_BENCH_LATENCY": "1"},  # as latency_rows runs it
+                env=env,
+                push_timed=not tag,
                 idle_wait="BLPOP with the pop script queued behind it",
             )
         )
-    for procs in (1, 2):
+    for (tag, env), procs in itertools.product(trees, (1, 2)):
         peers.append(
             Peer(
-                f"tidings sync, {procs} process{'es' if procs > 1 else ''} x 64",
+                f"tidings sync{tag}, {procs} process{'es' if procs > 1 else ''} x 64",
                 lambda i: b.NoOpSyncJob(i).dispatch(),
                 notify_worker_argv("--concurrency", "64"),
                 lambda: int(ctx.client.hlen(k.jobs)),
                 f"notify-worker --concurrency 64, sync handle(), {procs} process(es)",
                 procs=procs,
+                env=env,
                 drain_only=True,
             )
         )
@@ -466,7 +484,7 @@ def _latency(ctx: Ctx, peer: Peer, duration_s: float) -> tuple[list[float], int]
     _reset_peer_keys(ctx)
     if peer.prepare is not None:
         peer._run(peer.prepare)
-    proc = spawn(peer.worker, worker_env(ctx, **peer.latency_env))
+    proc = spawn(peer.worker, worker_env(ctx, **peer.env, **peer.latency_env))
     try:
         peer.paced_stamps(1.0, 1.0)  # warm-up: waited for, then dropped
         deadline = time.monotonic() + 60
@@ -521,7 +539,7 @@ def _measure(ctx: Ctx, peers: list[Peer]) -> list[Row]:
     broken: dict[str, Exception] = {}
     for r in range(ctx.runs + 1):  # round 0 warms up (500 jobs each)
         for peer in peers:
-            if peer.name in broken or peer.drain_only or peer.anchor:
+            if peer.name in broken or peer.drain_only or peer.anchor or not peer.push_timed:
                 continue
             n = peer.drain_n or ctx.n
             try:
@@ -534,39 +552,42 @@ def _measure(ctx: Ctx, peers: list[Peer]) -> list[Row]:
                 _reset_peer_keys(ctx)
             if r:
                 pushes.setdefault(peer.name, []).append(rate)
+
+    def drain_one(peer: Peer) -> float:
+        n = peer.drain_n or ctx.n
+        _reset_peer_keys(ctx)
+        if peer.fill is not None:
+            peer.fill(n)
+        else:
+            peer.push(n)
+        procs = [spawn(peer.worker, worker_env(ctx, **peer.env)) for _ in range(peer.procs)]
+        try:
+            return _poll_drain(peer.pending, n, procs)
+        finally:
+            for proc in procs:
+                stop_tree(peer, proc)
+            _reset_peer_keys(ctx)
+
+    # Drains take turns too, round by round.
+    drains: dict[str, list[float]] = {}
+    for _ in range(runs):
+        for peer in peers:
+            if peer.name in broken:
+                continue
+            try:
+                drains.setdefault(peer.name, []).append(drain_one(peer))
+            except Exception as exc:  # a peer's failure must not hide the others
+                broken[peer.name] = exc
     for peer in peers:
         n = peer.drain_n or ctx.n
-
-        def push_all(peer: Peer = peer, n: int = n) -> None:
-            _reset_peer_keys(ctx)
-            if peer.fill is not None:
-                peer.fill(n)
-            else:
-                peer.push(n)
-
-        def drain_one(peer: Peer = peer, n: int = n) -> float:
-            push_all(peer, n)
-            procs = [
-                spawn(peer.worker, worker_env(ctx, **peer.latency_env)) for _ in range(peer.procs)
-            ]
-            try:
-                return _poll_drain(peer.pending, n, procs)
-            finally:
-                for proc in procs:
-                    stop_tree(peer, proc)
-
-        try:
-            if peer.name in broken:
-                raise broken[peer.name]
-            enq = statistics.median(pushes[peer.name]) if peer.name in pushes else float("nan")
-            drained = median_of(runs, drain_one)
-        except Exception as exc:  # a peer's failure must not hide the others
+        if peer.name in broken:
+            exc = broken[peer.name]
             rows.append(Row(f"peer {peer.name}: FAILED", type(exc).__name__, str(exc)[:80]))
             continue
-        finally:
-            _reset_peer_keys(ctx)
+        enq = statistics.median(pushes[peer.name]) if peer.name in pushes else float("nan")
+        drained = statistics.median(drains[peer.name])
         results[peer.name] = (enq, drained)
-        only_drain = peer.drain_only or peer.anchor
+        only_drain = peer.drain_only or peer.anchor or not peer.push_timed
         what = "drain" if only_drain else "enqueue one at a time / drain"
         rows.append(
             Row(
@@ -581,7 +602,7 @@ def _measure(ctx: Ctx, peers: list[Peer]) -> list[Row]:
         # dispatch() for both, so one ratio (the async row's).
         for row in rows:
             name = row.figure.removeprefix("peer ").partition(":")[0]
-            if name.startswith("tidings") or name not in results:
+            if (name.startswith("tidings") and "(before)" not in name) or name not in results:
                 continue
             theirs = results[name]
             drain = f"{sync[1] / theirs[1]:.2f}x sync, {asyn[1] / theirs[1]:.2f}x async"
@@ -636,7 +657,7 @@ def _measure(ctx: Ctx, peers: list[Peer]) -> list[Row]:
     if "tidings sync" in latency and "tidings async" in latency:
         for row in lat_rows:
             name = row.figure.removeprefix("peer ").partition(":")[0]
-            if not name.startswith("tidings") and name in latency:
+            if (not name.startswith("tidings") or "(before)" in name) and name in latency:
                 rs = latency["tidings sync"][1] / latency[name][1]
                 ra = latency["tidings async"][1] / latency[name][1]
                 row.ratio = f"{rs:.2f}x sync, {ra:.2f}x async p99"
