@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv test check demo bench
+.PHONY: venv test check demo bench bench-anchors
 
 $(VENV)/.stamp: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,5 +23,12 @@ check: venv
 demo: venv
 	$(BIN)/python examples/signup/run.py
 
-bench: venv
+bench: venv bench-anchors
 	$(BIN)/python benchmarks/run.py
+
+# The benchmarks' optional non-Python anchors (never needed by the tests): the Python
+# peers, and BullMQ from npm when node is here; Sidekiq is Debian's ruby-sidekiq.
+bench-anchors: venv
+	$(BIN)/pip install -q -e '.[test,bench]'
+	if command -v npm >/dev/null; then cd benchmarks/anchors && npm install --no-audit --no-fund; \
+	else echo "npm not found: BullMQ will be skipped"; fi

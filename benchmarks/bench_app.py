@@ -88,6 +88,19 @@ class Stamp(Job):
         await app.queue_for(None).aclient().rpush(mark_key("latency"), record)
 
 
+@dataclass
+class StampSync(Job):
+    """:class:`Stamp` with a sync ``handle`` (the handler most Django and Flask users write)."""
+
+    sent_at: float = 0.0
+
+    def handle(self) -> None:
+        started = time.time()
+        wait, heard = _waits.pop(self.job_id or "", (-1.0, 0.0))
+        record = f"{started - self.sent_at:.6f},{wait:.6f},{heard - self.sent_at:.6f}"
+        app.queue_for(None).client.rpush(mark_key("latency"), record)
+
+
 def _on_starting(event: WorkerStarting) -> None:
     app.queue_for(None).client.rpush(mark_key("started"), f"{time.time():.6f}")
 
@@ -204,13 +217,14 @@ def _build_taskiq() -> None:
         url=app.settings.redis_url, queue_name=f"{app.settings.prefix}-taskiq"
     )
 
+    # Sync bodies, as every peer's but saq's (taskiq runs them in its thread pool).
     @broker.task
-    async def taskiq_noop(n: int = 0) -> None:
+    def taskiq_noop(n: int = 0) -> None:
         return None
 
     @broker.task
-    async def taskiq_stamp(sent_at: float = 0.0) -> None:
-        await _peer_arecord(sent_at)
+    def taskiq_stamp(sent_at: float = 0.0) -> None:
+        _peer_record(sent_at)
 
     _peers.update(taskiq_broker=broker, taskiq_noop=taskiq_noop, taskiq_stamp=taskiq_stamp)
 

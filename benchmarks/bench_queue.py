@@ -398,8 +398,14 @@ def drain_rows(ctx: Ctx) -> list[Row]:
             goal=">= 2x 4.3k (~9k)",
         ),
         DrainCase(
-            "drain, 1 process, sync handle() (thread pool)",
+            "drain, 1 process, sync handle() (job threads)",
             stop_empty,
+            sync=True,
+            versus="vs async",
+        ),
+        DrainCase(
+            "drain, 1 process, sync handle(), --concurrency 64",
+            notify_worker_argv("--stop-when-empty", "--concurrency", "64"),
             sync=True,
             versus="vs async",
         ),
@@ -511,15 +517,19 @@ def _blpop_baseline(
     return [float(x) for x in ctx.client.lrange(out, 0, -1)]
 
 
-def _stamp_round(ctx: Ctx, per_s: float, duration: float) -> tuple[list[list[str]], int]:
-    """One idle notify-worker fed ``Stamp`` jobs at ``per_s``; its records and the count sent."""
+def _stamp_round(
+    ctx: Ctx, per_s: float, duration: float, sync: bool = False
+) -> tuple[list[list[str]], int]:
+    """One idle notify-worker fed ``Stamp`` jobs (``StampSync`` with ``sync``) at ``per_s``;
+    its records and the count sent."""
     b = _app()
+    cls = b.StampSync if sync else b.Stamp
     ctx.clean()
     worker = spawn(notify_worker_argv(), worker_env(ctx, TIDINGS_BENCH_LATENCY="1"))
     try:
         wait_started(ctx, 1, [worker])
         time.sleep(0.5)  # let it reach its blocking wait
-        count = _paced(per_s, duration, lambda: b.Stamp(sent_at=time.time()).dispatch())
+        count = _paced(per_s, duration, lambda: cls(sent_at=time.time()).dispatch())
         _wait_len(ctx, b.mark_key("latency"), count)
     finally:
         stop(worker)
@@ -532,6 +542,7 @@ def latency_rows(ctx: Ctx) -> list[Row]:
     per_s, duration = 50.0, (3.0 if ctx.quick else 5.0)
     rounds = 1 if ctx.quick else max(1, ctx.runs)
     records: list[list[str]] = []
+    sync_starts: list[float] = []
     base: list[float] = []
     abase: list[float] = []
     count = 0
@@ -541,6 +552,8 @@ def latency_rows(ctx: Ctx) -> list[Row]:
         got, sent = _stamp_round(ctx, per_s, duration)
         records += got
         count += sent
+        got, _ = _stamp_round(ctx, per_s, duration, sync=True)
+        sync_starts += [float(r[0]) for r in got]
         base += _blpop_baseline(ctx, _BLPOP_CONSUMER, per_s, duration, sent)
         abase += _blpop_baseline(ctx, _ASYNC_BLPOP_CONSUMER, per_s, duration, sent)
     ctx.clean()
@@ -562,6 +575,16 @@ def latency_rows(ctx: Ctx) -> list[Row]:
         ),
         Row("", "", f"redis.asyncio BLPOP {a50:.2f} / {a99:.2f} ms", f"{p99 / a99:.2f}x p99"),
     ]
+    if sync_starts:
+        s50, s99 = _pcts(sync_starts)
+        rows.append(
+            Row(
+                "  the same, sync handle() (job threads)",
+                f"{s50:.2f} / {s99:.2f} ms",
+                f"vs async handle() {p50:.2f} / {p99:.2f} ms",
+                f"{s99 / p99:.2f}x p99",
+            )
+        )
     if waits:
         w50, w99 = _pcts(waits)
         h50, h99 = _pcts(heard)

@@ -22,6 +22,7 @@ they run only on the private Redis ``run.py`` starts.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import statistics
@@ -36,6 +37,7 @@ from typing import Any
 
 import redis
 
+from benchmarks.anchor_peers import anchor_versions, anchors
 from benchmarks.bench_queue import (
     WORKER_TIMEOUT_S,
     Ctx,
@@ -44,7 +46,6 @@ from benchmarks.bench_queue import (
     _paced,
     _pcts,
     _text,
-    median_of,
     notify_worker_argv,
     rate,
     spawn,
@@ -76,11 +77,26 @@ class Peer:
     """Run after the keys are reset and before pushing (taskiq: declare the stream's group)."""
     close: Callable[[], Any] | None = None
     latency_env: dict[str, str] = field(default_factory=dict)
+    """Environment of the latency worker only."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment of every worker of this peer (drain and latency)."""
     idle_wait: str = ""
     """How its idle worker waits for a job (printed beside its latency)."""
     stop_grace_s: float = 30.0
     """How long the worker gets to exit on SIGTERM before it is stopped harder."""
     hard_stops: int = 0
+    push_timed: bool = True
+    """Whether its one-at-a-time enqueue is a figure of its own (not for a second tree)."""
+    procs: int = 1
+    """Worker processes started for the drain (each runs ``worker``)."""
+    drain_only: bool = False
+    """A second setting of a library measured above: drain only (no enqueue, no latency)."""
+    anchor: bool = False
+    """Not Python (Sidekiq, BullMQ): drain and latency only, pushed by ``fill``/``paced``."""
+    fill: Callable[[int], Any] | None = None
+    """Push n jobs by other means than ``enqueue`` (untimed): the anchors' own clients."""
+    paced: Callable[[float, float], int] | None = None
+    """Send stamp jobs at ``per_s`` for ``duration_s`` by other means; how many were sent."""
 
     def _run(self, fn: Callable[[], Any]) -> Any:
         result = fn()
@@ -108,6 +124,8 @@ class Peer:
 
     def paced_stamps(self, per_s: float, duration_s: float) -> int:
         """Send stamp jobs at ``per_s`` for ``duration_s``; how many were sent."""
+        if self.paced is not None:
+            return self.paced(per_s, duration_s)
         stamp = self.stamp
         assert stamp is not None
         if self.loop is None:
@@ -140,18 +158,49 @@ def _peers(ctx: Ctx) -> tuple[list[Peer], list[str]]:
     peers: list[Peer] = []
     missing: list[str] = []
     k = b.app.queue_for(None).keys("default")
-    peers.append(
-        Peer(
-            "tidings",
-            lambda i: b.NoOpJob(i).dispatch(),
-            notify_worker_argv(),
-            lambda: int(ctx.client.hlen(k.jobs)),
-            "notify-worker, defaults (--concurrency 16)",
-            stamp=lambda sent_at: b.Stamp(sent_at=sent_at).dispatch(),
-            latency_env={"TIDINGS_BENCH_LATENCY": "1"},  # as latency_rows runs it
-            idle_wait="BLPOP with the pop script queued behind it",
+    # TIDINGS_BENCH_BEFORE=<src dir of another tidings checkout>: that tree's workers run
+    # as extra peers in the same run, taking turns with this one's (before/after tables).
+    trees = [("", {})]
+    before = os.environ.get("TIDINGS_BENCH_BEFORE")
+    if before:
+        path = os.pathsep.join(p for p in (before, os.environ.get("PYTHONPATH", "")) if p)
+        trees.append((" (before)", {"PYTHONPATH": path}))
+    # tidings twice: a sync ``def handle`` (what the peers' bodies are, and what most
+    # Django/Flask code is) and an ``async def handle``.
+    for (tag, env), (name, job, stamp_job) in itertools.product(
+        trees,
+        (
+            ("tidings sync", b.NoOpSyncJob, b.StampSync),
+            ("tidings async", b.NoOpJob, b.Stamp),
+        ),
+    ):
+        peers.append(
+            Peer(
+                name + tag,
+                lambda i, job=job: job(i).dispatch(),
+                notify_worker_argv(),
+                lambda: int(ctx.client.hlen(k.jobs)),
+                f"notify-worker, defaults (--concurrency 16), {name.split()[1]} handle()",
+                stamp=lambda sent_at, stamp_job=stamp_job: stamp_job(sent_at=sent_at).dispatch(),
+                latency_env={"TIDINGS_BENCH_LATENCY": "1"},  # as latency_rows runs it
+                env=env,
+                push_timed=not tag,
+                idle_wait="BLPOP with the pop script queued behind it",
+            )
         )
-    )
+    for (tag, env), procs in itertools.product(trees, (1, 2)):
+        peers.append(
+            Peer(
+                f"tidings sync{tag}, {procs} process{'es' if procs > 1 else ''} x 64",
+                lambda i: b.NoOpSyncJob(i).dispatch(),
+                notify_worker_argv("--concurrency", "64"),
+                lambda: int(ctx.client.hlen(k.jobs)),
+                f"notify-worker --concurrency 64, sync handle(), {procs} process(es)",
+                procs=procs,
+                env=env,
+                drain_only=True,
+            )
+        )
     try:
         huey, noop, huey_stamp = b.huey_app, b.huey_noop, b.huey_stamp
         peers.append(
@@ -163,6 +212,23 @@ def _peers(ctx: Ctx) -> tuple[list[Peer], list[str]]:
                 "huey_consumer, defaults (1 thread worker)",
                 stamp=lambda sent_at: huey_stamp(sent_at),
                 idle_wait="BRPOP (blocking=True)",
+            )
+        )
+        peers.append(
+            Peer(
+                "huey, 2 processes",
+                lambda i: noop(i),
+                [
+                    str(bin_dir / "huey_consumer"),
+                    "benchmarks.bench_app.huey_app",
+                    "-k",
+                    "process",
+                    "-w",
+                    "2",
+                ],
+                lambda: int(huey.pending_count()),
+                "huey_consumer -k process -w 2",
+                drain_only=True,
             )
         )
     except ImportError:
@@ -269,8 +335,28 @@ def _peers(ctx: Ctx) -> tuple[list[Peer], list[str]]:
                 idle_wait="XREADGROUP BLOCK 2000",
             )
         )
+        peers.append(
+            Peer(
+                "taskiq, 2 processes",
+                lambda i: tq_noop.kiq(i),
+                [
+                    str(bin_dir / "taskiq"),
+                    "worker",
+                    "benchmarks.bench_app:taskiq_broker",
+                    "--workers",
+                    "2",
+                ],
+                tq_pending,
+                "taskiq worker (its default --workers 2)",
+                loop=tq_loop,
+                prepare=tq_broker.startup,
+                stop_grace_s=3.0,
+                drain_only=True,
+            )
+        )
     except ImportError:
         missing.append("taskiq taskiq-redis")
+    peers += anchors(ctx, missing)
     return peers, missing
 
 
@@ -373,7 +459,7 @@ def stop_tree(peer: Peer, proc: subprocess.Popen[bytes]) -> None:
 # -- measuring ---------------------------------------------------------------------------
 
 
-def _poll_drain(pending: Callable[[], int], n: int, proc: subprocess.Popen[bytes]) -> float:
+def _poll_drain(pending: Callable[[], int], n: int, procs: list[subprocess.Popen[bytes]]) -> float:
     """jobs/s from the first job taken to the last, by polling the peer's own count."""
     first: tuple[float, int] | None = None
     deadline = time.monotonic() + WORKER_TIMEOUT_S
@@ -384,8 +470,9 @@ def _poll_drain(pending: Callable[[], int], n: int, proc: subprocess.Popen[bytes
             first = (now, left)
         if left <= 0 and first is not None:
             return rate(first[1], now - first[0]) if now > first[0] else float("nan")
-        if proc.poll() is not None:
-            raise RuntimeError(f"worker exited with {proc.returncode}: {stderr_tail(proc)}")
+        for proc in procs:
+            if proc.poll() is not None:
+                raise RuntimeError(f"worker exited with {proc.returncode}: {stderr_tail(proc)}")
         if time.monotonic() > deadline:
             raise RuntimeError(f"{left} jobs left after {WORKER_TIMEOUT_S:.0f}s")
         time.sleep(0.002)
@@ -397,7 +484,7 @@ def _latency(ctx: Ctx, peer: Peer, duration_s: float) -> tuple[list[float], int]
     _reset_peer_keys(ctx)
     if peer.prepare is not None:
         peer._run(peer.prepare)
-    proc = spawn(peer.worker, worker_env(ctx, **peer.latency_env))
+    proc = spawn(peer.worker, worker_env(ctx, **peer.env, **peer.latency_env))
     try:
         peer.paced_stamps(1.0, 1.0)  # warm-up: waited for, then dropped
         deadline = time.monotonic() + 60
@@ -429,8 +516,10 @@ def peer_rows(ctx: Ctx) -> list[Row]:
         return []
     peers, missing = _peers(ctx)
     if missing:
+        pip = [m for m in missing if "(" not in m]
         ctx.notes.append(
-            f"peers not installed (skipped): {', '.join(missing)}; pip install {' '.join(missing)}"
+            f"peers not installed (skipped): {', '.join(missing)}"
+            + (f"; pip install {' '.join(pip)}" if pip else "")
         )
     try:
         return _measure(ctx, peers)
@@ -450,7 +539,7 @@ def _measure(ctx: Ctx, peers: list[Peer]) -> list[Row]:
     broken: dict[str, Exception] = {}
     for r in range(ctx.runs + 1):  # round 0 warms up (500 jobs each)
         for peer in peers:
-            if peer.name in broken:
+            if peer.name in broken or peer.drain_only or peer.anchor or not peer.push_timed:
                 continue
             n = peer.drain_n or ctx.n
             try:
@@ -463,46 +552,63 @@ def _measure(ctx: Ctx, peers: list[Peer]) -> list[Row]:
                 _reset_peer_keys(ctx)
             if r:
                 pushes.setdefault(peer.name, []).append(rate)
+
+    def drain_one(peer: Peer) -> float:
+        n = peer.drain_n or ctx.n
+        _reset_peer_keys(ctx)
+        if peer.fill is not None:
+            peer.fill(n)
+        else:
+            peer.push(n)
+        procs = [spawn(peer.worker, worker_env(ctx, **peer.env)) for _ in range(peer.procs)]
+        try:
+            return _poll_drain(peer.pending, n, procs)
+        finally:
+            for proc in procs:
+                stop_tree(peer, proc)
+            _reset_peer_keys(ctx)
+
+    # Drains take turns too, round by round.
+    drains: dict[str, list[float]] = {}
+    for _ in range(runs):
+        for peer in peers:
+            if peer.name in broken:
+                continue
+            try:
+                drains.setdefault(peer.name, []).append(drain_one(peer))
+            except Exception as exc:  # a peer's failure must not hide the others
+                broken[peer.name] = exc
     for peer in peers:
         n = peer.drain_n or ctx.n
-
-        def push_all(peer: Peer = peer, n: int = n) -> float:
-            _reset_peer_keys(ctx)
-            return peer.push(n)
-
-        def drain_one(peer: Peer = peer, n: int = n) -> float:
-            push_all(peer, n)
-            proc = spawn(peer.worker, worker_env(ctx))
-            try:
-                return _poll_drain(peer.pending, n, proc)
-            finally:
-                stop_tree(peer, proc)
-
-        try:
-            if peer.name in broken:
-                raise broken[peer.name]
-            enq = statistics.median(pushes[peer.name])
-            drained = median_of(runs, drain_one)
-        except Exception as exc:  # a peer's failure must not hide the others
+        if peer.name in broken:
+            exc = broken[peer.name]
             rows.append(Row(f"peer {peer.name}: FAILED", type(exc).__name__, str(exc)[:80]))
             continue
-        finally:
-            _reset_peer_keys(ctx)
+        enq = statistics.median(pushes[peer.name]) if peer.name in pushes else float("nan")
+        drained = statistics.median(drains[peer.name])
         results[peer.name] = (enq, drained)
+        only_drain = peer.drain_only or peer.anchor or not peer.push_timed
+        what = "drain" if only_drain else "enqueue one at a time / drain"
         rows.append(
             Row(
-                f"peer {peer.name}: enqueue one at a time / drain",
-                f"{enq:,.0f} / {drained:,.0f} jobs/s",
+                f"peer {peer.name}: {what}",
+                f"{drained:,.0f} jobs/s" if only_drain else f"{enq:,.0f} / {drained:,.0f} jobs/s",
                 peer.setting + (f", N={n:,}" if n != ctx.n else ""),
             )
         )
-    ours = results.get("tidings")
-    if ours:
+    sync, asyn = results.get("tidings sync"), results.get("tidings async")
+    if sync and asyn:
+        # Ratios: tidings sync / peer and tidings async / peer (drain); enqueue is the same
+        # dispatch() for both, so one ratio (the async row's).
         for row in rows:
             name = row.figure.removeprefix("peer ").partition(":")[0]
-            if name != "tidings" and name in results:
-                theirs = results[name]
-                row.ratio = f"{ours[0] / theirs[0]:.2f}x / {ours[1] / theirs[1]:.2f}x"
+            if (name.startswith("tidings") and "(before)" not in name) or name not in results:
+                continue
+            theirs = results[name]
+            drain = f"{sync[1] / theirs[1]:.2f}x sync, {asyn[1] / theirs[1]:.2f}x async"
+            row.ratio = (
+                drain if row.figure.endswith(": drain") else f"{asyn[0] / theirs[0]:.2f}x / {drain}"
+            )
 
     # Latency moves with the machine's phases even more than rates do: the peers take
     # turns, round by round (a fresh worker each), and each row pools its rounds' samples.
@@ -511,9 +617,10 @@ def _measure(ctx: Ctx, peers: list[Peer]) -> list[Row]:
     samples: dict[str, list[float]] = {}
     sent: dict[str, int] = {}
     failed: dict[str, Exception] = {}
+    timed = [p for p in peers if p.stamp is not None or p.paced is not None]
     for _ in range(rounds):
-        for peer in peers:
-            if peer.stamp is None or peer.name in failed:
+        for peer in timed:
+            if peer.name in failed:
                 continue
             try:
                 values, count = _latency(ctx, peer, duration)
@@ -524,9 +631,7 @@ def _measure(ctx: Ctx, peers: list[Peer]) -> list[Row]:
             sent[peer.name] = sent.get(peer.name, 0) + count
     latency: dict[str, tuple[float, float]] = {}
     lat_rows: list[Row] = []
-    for peer in peers:
-        if peer.stamp is None:
-            continue
+    for peer in timed:
         figure = f"peer {peer.name}: enqueue->start p50 / p99"
         if peer.name in failed:
             exc = failed[peer.name]
@@ -546,15 +651,16 @@ def _measure(ctx: Ctx, peers: list[Peer]) -> list[Row]:
                 f"{p50:.2f} / {p99:.2f} ms",
                 f"{len(values)} jobs at {LATENCY_PER_S:.0f}/s in {rounds} round(s); "
                 f"idle: {peer.idle_wait}",
-                goal="p99 <= huey's" if peer.name == "tidings" else "",
+                goal="p50, p99 <= best Python peer's" if peer.name == "tidings sync" else "",
             )
         )
-    if "tidings" in latency:
+    if "tidings sync" in latency and "tidings async" in latency:
         for row in lat_rows:
             name = row.figure.removeprefix("peer ").partition(":")[0]
-            if name != "tidings" and name in latency:
-                r = latency["tidings"][1] / latency[name][1]
-                row.ratio = f"{r:.2f}x p99" if r >= 0.01 else f"{r:.3f}x p99"
+            if (not name.startswith("tidings") or "(before)" in name) and name in latency:
+                rs = latency["tidings sync"][1] / latency[name][1]
+                ra = latency["tidings async"][1] / latency[name][1]
+                row.ratio = f"{rs:.2f}x sync, {ra:.2f}x async p99"
     rows += lat_rows
 
     hard = [f"{p.name} x{p.hard_stops}" for p in peers if p.hard_stops]
@@ -568,9 +674,12 @@ def _measure(ctx: Ctx, peers: list[Peer]) -> list[Row]:
         for dist in ("huey", "dramatiq", "rq", "saq", "taskiq", "taskiq-redis")
         if _version(dist) != "?"
     )
+    versions += anchor_versions()
     ctx.notes.append(
         "peer rows: drains timed by polling each library's own pending count, tidings too; "
-        "ratio = tidings / peer (enqueue, drain), tidings p99 / peer p99 (latency); "
+        "ratio = tidings / peer (enqueue; drain with a sync and with an async handle()), "
+        "tidings p99 / peer p99 (latency, sync and async handle()); the peers' job bodies "
+        "are sync except saq's (its jobs are coroutines); "
         f"latency after one warm-up job; {versions}"
     )
     return rows

@@ -3,8 +3,9 @@
 One fetch loop keeps ``concurrency`` jobs in flight. It pops from the queues in priority
 order (each pop reserves as many jobs as there are free slots) and, when every queue is
 empty, blocks on all their wake-up lists at once for at most the time until the next
-delayed job is due, so no worker sleep-polls. Async handlers run as tasks, sync ones in
-a thread pool. Acks collect while one is in flight and go out together.
+delayed job is due, so no worker sleep-polls. Async handlers run as tasks, sync ones on
+long-lived threads fed in batches (:mod:`tidings.queue.runner`). Acks collect while one
+is in flight and go out together.
 
 A housekeeping task renews the leases of running jobs every third of ``retry_after`` and
 checks the restart signal, ``--memory`` and ``--max-time``. Redis errors anywhere are
@@ -79,7 +80,7 @@ class Worker(Fetcher, Upkeep):
     def threads_left(self) -> bool:
         """Whether sync handlers are still running in threads (stuck, or past the grace
         period): the process must then exit without joining them."""
-        return self._threads_busy > 0
+        return self._runner.busy > 0
 
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
@@ -123,7 +124,7 @@ class Worker(Fetcher, Upkeep):
             for c in (self._client, self._blocking):
                 with contextlib.suppress(Exception):
                     await c.aclose()
-            self._executor.shutdown(wait=False)
+            self._runner.close(wait=False)
             return self.exit_code
         self.host.emit(WorkerStarting(tuple(self.opts.queues), os.getpid()))
         acker = asyncio.create_task(self._ack_loop())
@@ -152,7 +153,7 @@ class Worker(Fetcher, Upkeep):
                     await stopped(self)
                 except Exception:
                     log.exception("worker_stopped hook raised")
-            self._executor.shutdown(wait=not self.threads_left, cancel_futures=True)
+            self._runner.close(wait=not self.threads_left)
             await self._wait.close()
             for c in (self._client, self._blocking):
                 with contextlib.suppress(Exception):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,6 +29,7 @@ from tidings.queue.payload import JobBody
 from tidings.queue.redis_errors import REDIS_ERRORS as REDIS_ERRORS
 from tidings.queue.redis_errors import is_transient as is_transient
 from tidings.queue.redis_queue import RedisQueue
+from tidings.queue.runner import SyncRunner
 from tidings.queue.signing import Signer
 from tidings.queue.wakeup import SlotWaits, Waiter
 from tidings.redaction import redact
@@ -141,9 +141,8 @@ class WorkerBase:
         self._stopping = False
         self._stop_reason = ""
         self._signals = 0
-        self._executor = ThreadPoolExecutor(
-            max_workers=max(1, options.concurrency), thread_name_prefix="job"
-        )
+        # Sync handlers run here (tidings.queue.runner): threads fed and settled in batches.
+        self._runner = SyncRunner(max(1, options.concurrency), thread_name_prefix="job")
         self._started = _clock.monotonic()
         self._restart_seen = 0.0
         self._client: redis.asyncio.Redis | None = None
@@ -154,7 +153,6 @@ class WorkerBase:
         self._interrupting: asyncio.Task[None] | None = None
         self._wait_errors = 0
         self._restart_garbage_logged = False
-        self._threads_busy = 0
 
     def stop(self, reason: str = "stopped", code: int | None = None) -> None:
         """Stop taking jobs; running ones finish (released after the grace period)."""

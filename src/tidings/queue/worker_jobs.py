@@ -9,16 +9,19 @@
            self.fail(exc) or a payload that cannot run: _fail, JobFailed
            an exception: _on_exception retries with backoff, or fails when out of tries
 
-An async handler runs as a task under ``asyncio.timeout``; a sync one runs in the
-worker's thread pool, and one that overruns its timeout cannot be cancelled, so the
-worker fails or releases it and stops with ``EXIT_STUCK`` for its supervisor to
-restart. Acks are only queued here; :mod:`tidings.queue.worker_upkeep` sends them.
+An async handler runs as a task under ``asyncio.timeout``; a sync one runs on the
+worker's long-lived job threads (:class:`~tidings.queue.runner.SyncRunner`: fed and
+settled in batches, one timer for every deadline), and one that overruns its timeout
+cannot be cancelled, so the worker fails or releases it and stops with ``EXIT_STUCK``
+for its supervisor to restart. Acks are only queued here;
+:mod:`tidings.queue.worker_upkeep` sends them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
 import logging
 import os
@@ -43,6 +46,7 @@ from tidings.queue.encryption import open_data
 from tidings.queue.events import JobFailed, JobProcessed, JobProcessing, JobReleased
 from tidings.queue.job import Job, JobRun, _run, running
 from tidings.queue.payload import JobBody, open_envelope
+from tidings.queue.runner import Overran
 from tidings.queue.worker_base import EXIT_STUCK, RunningJob, WorkerBase, short_error
 from tidings.redaction import redact
 
@@ -226,20 +230,20 @@ class JobRunner(WorkerBase):
                 _run.reset(token)
         ctx = contextvars.copy_context()
         ctx.run(_run.set, run)
-        loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(self._executor, ctx.run, self._wrapped(handle))
-        self._threads_busy += 1
-        fut.add_done_callback(self._thread_done)
-        done, _ = await asyncio.wait({fut}, timeout=limit)
-        if not done:
+        try:
+            result = await self._runner.submit(
+                self._wrapped(handle), ctx, limit, alone=len(self._running) == 1
+            )
+        except Overran:
             # A thread cannot be cancelled: fail or release this job, finish the others,
             # and exit non-zero so the supervisor starts a fresh process.
             log.error(
                 "sync job %s overran its timeout of %ss; the worker will exit", run.job_id, limit
             )
             self.stop("a sync job could not be cancelled after its timeout", EXIT_STUCK)
-            raise JobTimeout(f"job ran longer than its timeout of {limit}s (sync; worker recycled)")
-        result = fut.result()
+            raise JobTimeout(
+                f"job ran longer than its timeout of {limit}s (sync; worker recycled)"
+            ) from None
         if inspect.isawaitable(result):
             return await result
         return result
@@ -267,12 +271,9 @@ class JobRunner(WorkerBase):
         return fn if wrap is None else wrap(fn)
 
     async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
+        """``fn(*args)`` on the sync runner's threads (as a sync handler runs)."""
         ctx = contextvars.copy_context()
-        return await loop.run_in_executor(self._executor, ctx.run, self._wrapped(fn), *args)
-
-    def _thread_done(self, _fut: asyncio.Future[Any]) -> None:
-        self._threads_busy -= 1
+        return await self._runner.submit(functools.partial(self._wrapped(fn), *args), ctx)
 
     async def _on_exception(
         self,
