@@ -363,7 +363,9 @@ class NotificationStore:
         dialect = self.engine.dialect.name
         with self.engine.begin() as conn:
             if dialect in ("sqlite", "postgresql"):
-                module = sa_.dialects.sqlite if dialect == "sqlite" else sa_.dialects.postgresql
+                from sqlalchemy.dialects import postgresql, sqlite
+
+                module: Any = sqlite if dialect == "sqlite" else postgresql
                 stmt = module.insert(self.table).on_conflict_do_nothing(index_elements=["id"])
                 conn.execute(stmt, list(rows))
             elif dialect in ("mysql", "mariadb"):
