@@ -306,6 +306,11 @@ class NotificationStore:
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
             # Wait for other processes' writes instead of failing with "locked".
             options["connect_args"] = {"timeout": 30}
+        elif self._url.get_backend_name() == "postgresql":
+            # A server that does not answer fails the attempt (and retries the job)
+            # instead of hanging a write thread until the job's timeout.
+            options["connect_args"] = {"connect_timeout": 10}
+        options["pool_timeout"] = 30
         options.update(self._engine_options)
         engine = sa_.create_engine(self._url, **options)
         if self._url.get_backend_name() == "sqlite":
@@ -358,7 +363,9 @@ class NotificationStore:
         dialect = self.engine.dialect.name
         with self.engine.begin() as conn:
             if dialect in ("sqlite", "postgresql"):
-                module = sa_.dialects.sqlite if dialect == "sqlite" else sa_.dialects.postgresql
+                from sqlalchemy.dialects import postgresql, sqlite
+
+                module: Any = sqlite if dialect == "sqlite" else postgresql
                 stmt = module.insert(self.table).on_conflict_do_nothing(index_elements=["id"])
                 conn.execute(stmt, list(rows))
             elif dialect in ("mysql", "mariadb"):
