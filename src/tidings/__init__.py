@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from tidings import _current
-from tidings._version import __version__
+from tidings._version import __version__ as __version__
 from tidings.app import App
 from tidings.errors import (
     BatchClosed,
@@ -57,7 +57,6 @@ __all__ = [
     "TidingsError",
     "ValidationError",
     "WithoutOverlapping",
-    "__version__",
     "batch",
     "chain",
     "dispatch",
