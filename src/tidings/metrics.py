@@ -421,7 +421,7 @@ class Meter:
 
         from tidings.queue.worker_base import REDIS_ERRORS, reraise_cancel
 
-        while True:
+        while not getattr(self.worker, "_stopping", False):  # close() flushes the rest
             await asyncio.sleep(FLUSH_EVERY_S)
             client = getattr(self.worker, "_client", None)
             if client is None:
@@ -431,6 +431,9 @@ class Meter:
             except (*REDIS_ERRORS, Exception) as exc:  # metrics never stop the worker
                 reraise_cancel()
                 log.warning("metrics: could not write (%s: %s)", type(exc).__name__, exc)
+            # redis-py can swallow a cancellation that lands inside a pipeline; without
+            # this the task would sleep on and the worker's shutdown wait for it forever.
+            reraise_cancel()
 
     async def close(self, client: Any) -> None:
         """Final flush and heartbeat removal, as the worker exits."""

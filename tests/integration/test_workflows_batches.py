@@ -240,5 +240,5 @@ def test_batches_cli(app: App, redis_client: redis.Redis, prefix: str) -> None:
     assert "pending:   3" in cli("show", bid)
     assert "Deleted 0 batches" in cli("prune", "--hours", "0")
     assert "Cancelled" in cli("cancel", bid)
-    assert "Deleted 1 batches" in cli("prune", "--hours", "0", "--unfinished")
+    assert "Deleted 1 batch " in cli("prune", "--hours", "0", "--unfinished")
     assert app.find_batch(bid) is None

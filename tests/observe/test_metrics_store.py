@@ -209,3 +209,36 @@ def test_a_lost_lease_counts_as_stalled_for_its_class(
     assert summed(series(redis_client, prefix, "mail", "Mailer")).stalled == 1
     assert summed(series(redis_client, prefix, "mail", OTHER)).stalled == 1
     assert summed(series(redis_client, prefix, "mail")).stalled == 2
+
+
+def test_a_cancel_swallowed_inside_a_flush_still_ends_the_task() -> None:
+    """redis-py may swallow a cancellation that lands mid-pipeline (seen as a worker that
+    never exited after --stop-when-empty). The flushing task must end anyway."""
+    from types import SimpleNamespace
+
+    entered = asyncio.Event()
+
+    class SwallowingPipeline:
+        def __getattr__(self, name: str) -> object:
+            return lambda *a, **k: None
+
+        async def execute(self, **kw: object) -> list[object]:
+            entered.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                return []  # what a library that eats the cancel does
+            return []
+
+    client = SimpleNamespace(pipeline=lambda transaction=False: SwallowingPipeline())
+    worker = SimpleNamespace(_client=client, _stopping=False, opts=None, _running={})
+
+    async def main() -> None:
+        m = Meter("p", worker=worker)
+        task = asyncio.create_task(m.run())
+        await asyncio.wait_for(entered.wait(), 5)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=3)
+        assert done, "the metrics task swallowed its cancellation"
+
+    asyncio.run(main())
