@@ -211,6 +211,14 @@ class ClusterGroup:
                 return node
         raise RedisServerError(f"no replica of {master!r}")
 
+    def serves(self, key: str, node: RedisServer) -> bool:
+        """``node`` is a primary and the cluster's slot map names it for ``key``."""
+        try:
+            role = self._info(node, "INFO replication").get("role")
+            return role == "master" and self.node_of(key).port == node.port
+        except (redis.RedisError, RedisServerError):
+            return False
+
     def promoted(self, old: RedisServer, replica: RedisServer) -> bool:
         try:
             return self._info(replica, "INFO replication").get("role") == "master"
@@ -223,7 +231,7 @@ class ClusterGroup:
         replica = self.replica_of(master)
         t0 = time.monotonic()
         master.kill()
-        wait_for(lambda: self.promoted(master, replica), 30, 0.05, message="replica promoted")
+        wait_for(lambda: self.serves(key, replica), 30, 0.02, message="replica promoted")
         return master, replica, time.monotonic() - t0
 
     def failover_master_of(self, key: str) -> tuple[RedisServer, RedisServer, float]:
@@ -236,7 +244,7 @@ class ClusterGroup:
             r.execute_command("CLUSTER FAILOVER")
         finally:
             r.close()
-        wait_for(lambda: self.promoted(master, replica), 30, 0.05, message="replica promoted")
+        wait_for(lambda: self.serves(key, replica), 30, 0.02, message="replica promoted")
         return master, replica, time.monotonic() - t0
 
     def close(self) -> None:

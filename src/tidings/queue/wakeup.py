@@ -185,10 +185,8 @@ class SlotWaits:
 
     async def interrupt(self) -> bool:
         """End every standing wait now; True when Redis ended one."""
-        ended = False
-        for _, waiter in self._groups:
-            ended = await waiter.interrupt() or ended
-        return ended
+        ended = await asyncio.gather(*(w.interrupt() for _, w in self._groups))
+        return any(ended)
 
     async def close(self) -> None:
         """Cancel the standing waits and drop their connections."""
@@ -197,7 +195,7 @@ class SlotWaits:
                 fut.cancel()
         live = [f for f in self._futures if f is not None]
         if live:
-            await asyncio.gather(*live, return_exceptions=True)
+            await asyncio.wait(live, timeout=2.0)
         self._futures = [None] * len(self._groups)
         for _, waiter in self._groups:
             await waiter.close()

@@ -46,9 +46,11 @@ class Fetcher(JobRunner):
             if waiter.done() or self._wait is None:
                 return
             try:
-                if await self._wait.interrupt():
+                # Bounded: a CLIENT UNBLOCK that hangs (a node going away) must not hold
+                # up the exit; cancelling the read is the fallback.
+                if await asyncio.wait_for(self._wait.interrupt(), 2.0):
                     return
-            except REDIS_ERRORS:
+            except (*REDIS_ERRORS, TimeoutError):
                 break
             await asyncio.sleep(0.05)
         waiter.cancel()
