@@ -56,18 +56,18 @@ class Upkeep(WorkerBase):
             while self._acks:
                 batch, self._acks = self._acks, {}
                 for queue, jobs in batch.items():
-                    lost = int(await self._ack(queue, jobs) or 0)
+                    lost_ids = await self._ack(queue, jobs) or []
                     # Jobs whose loss a lease renewal already reported count once.
                     ids = [job_id for job_id, _ in jobs]
-                    known = sum(1 for i in ids if i in self._lost)
+                    lost = [i for i in lost_ids if i not in self._lost]
                     self._lost.difference_update(ids)
-                    lost = max(0, lost - known)
                     if lost:
-                        self.reservations_lost += lost
+                        self.reservations_lost += len(lost)
                         log.warning(
-                            "reservation lost for %d of %d acked jobs on %r: their lease had "
-                            "expired and they were handed out again; the ack was refused",
-                            lost,
+                            "reservation lost for %s (%d of %d acked jobs on %r): their lease "
+                            "had expired and they were handed out again; the ack was refused",
+                            ", ".join(lost[:10]) + (", ..." if len(lost) > 10 else ""),
+                            len(lost),
                             len(ids),
                             queue,
                         )
