@@ -101,12 +101,16 @@ class Upkeep(WorkerBase):
     async def _renew_leases(self) -> None:
         by_queue: dict[str, list[tuple[str, int]]] = {}
         for job_id, entry in list(self._running.items()):
-            by_queue.setdefault(entry.reserved.queue, []).append((job_id, entry.reserved.token))
+            if not entry.settling:
+                by_queue.setdefault(entry.reserved.queue, []).append((job_id, entry.reserved.token))
         for queue, ids in by_queue.items():
             lost = await self.broker.extend(self.rq.keys(queue), ids)
             if len(self._lost) > 10_000:  # ids of lost jobs later released, not acked
                 self._lost.clear()
             for job_id in lost:
+                held = self._running.get(job_id)
+                if held is None or held.settling:
+                    continue  # released or failed meanwhile: not a loss
                 if job_id in self._lost:
                     continue  # reported at an earlier renewal
                 self._lost.add(job_id)
