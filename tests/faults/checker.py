@@ -510,13 +510,13 @@ def run_seeds(
                 print_fn(f"  seed {seed}: {v}")
             if o.violations and stop_on_violation:
                 break
+    finally:
         totals = checker.drops_total
         bad = [o.seed for o in outcomes if o.violations]
         print_fn(
             f"seeds run {len(outcomes)}  violations {sum(len(o.violations) for o in outcomes)}"
             f"  seeds with violations {bad or '-'}  drops injected {dict(sorted(totals.items()))}"
         )
-    finally:
         checker.close()
         if own:
             shutil.rmtree(wd, ignore_errors=True)
