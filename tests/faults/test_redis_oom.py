@@ -145,7 +145,7 @@ def test_f12_every_worker_move_runs_at_the_limit(
             out["released"] = await b.release(k, popped.jobs[1], 5.0) == 1
             info = {"exception": "x", "name": "Record", "attempts": 1}
             await b.fail(k, popped.jobs[2], info)
-            out["ack_lost"] = await b.ack(k, [held[0], held[3]], b.ack_seq())
+            out["ack_lost"] = len(await b.ack(k, [held[0], held[3]], b.ack_seq()))
             return out
         finally:
             await client.aclose()

@@ -76,7 +76,7 @@ def held(rq: RedisQueue, job_id: str) -> Reserved:
 def ack(rq: RedisQueue, ids: list[str]) -> int:
     """Ack ``ids`` as their current holders."""
     jobs = [(i, held(rq, i).token) for i in ids]
-    return run(rq, lambda b: b.ack(rq.keys("default"), jobs, b.ack_seq()))
+    return len(run(rq, lambda b: b.ack(rq.keys("default"), jobs, b.ack_seq())))
 
 
 def envelope(**data: Any) -> tuple[str, bytes]:

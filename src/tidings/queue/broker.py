@@ -127,8 +127,9 @@ class Broker:
         self._ack_seq += 1
         return self._ack_seq
 
-    async def ack(self, k: QueueKeys, jobs: Sequence[tuple[str, int]], seq: int) -> int:
-        """Delete finished ``(id, token)`` jobs; returns how many had lost their reservation.
+    async def ack(self, k: QueueKeys, jobs: Sequence[tuple[str, int]], seq: int) -> list[str]:
+        """Delete finished ``(id, token)`` jobs; returns the ids that had lost their
+        reservation (handed out again: left alone).
 
         ``seq`` comes from :meth:`ack_seq`, once per batch: sending the same batch again
         with it is answered from the first run's receipt."""
@@ -136,7 +137,8 @@ class Broker:
         for job_id, token in jobs:
             args += (job_id, token)
         keys = [k.reserved, k.jobs, k.attempts, k.done, k.receipt(f"ack:{self.worker_id}")]
-        return int(await scripts.ACK.acall(self.client, keys, args))
+        raw = await scripts.ACK.acall(self.client, keys, args)
+        return [r.decode() for r in raw]
 
     async def release(
         self,

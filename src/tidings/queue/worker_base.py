@@ -111,6 +111,9 @@ class RunningJob:
 
     reserved: Reserved
     task: asyncio.Task[None] | None = None
+    settling: bool = False
+    """A release or fail of it is on its way: its lease is no longer renewed (the move
+    ends the reservation, and a renewal racing it would report a loss that is not one)."""
 
 
 class WorkerBase:
@@ -185,7 +188,14 @@ class WorkerBase:
     async def _release_now(self, res: Reserved) -> None:
         """Give a reserved job back, ready at once, without counting the attempt."""
         k = self.rq.keys(res.queue)
+        self._settling(res)
         await self._retrying(lambda: self.broker.release(k, res, 0, uncount=True))
+
+    def _settling(self, res: Reserved) -> None:
+        """Mark ``res`` as being released or failed (see :attr:`RunningJob.settling`)."""
+        entry = self._running.get(res.id)
+        if entry is not None:
+            entry.settling = True
 
     def _reservation_lost(self, res: Reserved, what: str) -> None:
         """Log (once per job) that ``res`` was handed out again: ``what`` was refused."""

@@ -185,6 +185,7 @@ class JobRunner(WorkerBase):
         if run.failed_exc is not None:
             await self._fail(res, body, job, run.failed_exc, t0)
         elif run.released_s is not None:
+            self._settling(res)
             done = await self._retrying(
                 lambda: self.broker.release(k, res, run.released_s or 0.0, uncount=run.uncount)
             )
@@ -301,6 +302,7 @@ class JobRunner(WorkerBase):
         if hinted:
             delay = max(delay, float(hinted))
         k = self.rq.keys(res.queue)
+        self._settling(res)
         done = await self._retrying(lambda: self.broker.release(k, res, delay, exception=True))
         if done == -1:
             self._reservation_lost(res, "its release for a retry")
@@ -348,6 +350,7 @@ class JobRunner(WorkerBase):
         if body is not None:
             await self._retrying(lambda: self.host.after_failure(job, body, res.queue))
         k = self.rq.keys(res.queue)
+        self._settling(res)
         moved = await self._retrying(lambda: self.broker.fail(k, res, info))
         if moved is False:
             self._reservation_lost(res, "its move to the failed store")

@@ -57,18 +57,18 @@ class Upkeep(WorkerBase):
             while self._acks:
                 batch, self._acks = self._acks, {}
                 for queue, jobs in batch.items():
-                    lost = int(await self._ack(queue, jobs) or 0)
+                    lost_ids = await self._ack(queue, jobs) or []
                     # Jobs whose loss a lease renewal already reported count once.
                     ids = [job_id for job_id, _ in jobs]
-                    known = sum(1 for i in ids if i in self._lost)
+                    lost = [i for i in lost_ids if i not in self._lost]
                     self._lost.difference_update(ids)
-                    lost = max(0, lost - known)
                     if lost:
-                        self.reservations_lost += lost
+                        self.reservations_lost += len(lost)
                         log.warning(
-                            "reservation lost for %d of %d acked jobs on %r: their lease had "
-                            "expired and they were handed out again; the ack was refused",
-                            lost,
+                            "reservation lost for %s (%d of %d acked jobs on %r): their lease "
+                            "had expired and they were handed out again; the ack was refused",
+                            ", ".join(lost[:10]) + (", ..." if len(lost) > 10 else ""),
+                            len(lost),
                             len(ids),
                             queue,
                         )
@@ -102,12 +102,16 @@ class Upkeep(WorkerBase):
     async def _renew_leases(self) -> None:
         by_queue: dict[str, list[tuple[str, int]]] = {}
         for job_id, entry in list(self._running.items()):
-            by_queue.setdefault(entry.reserved.queue, []).append((job_id, entry.reserved.token))
+            if not entry.settling:
+                by_queue.setdefault(entry.reserved.queue, []).append((job_id, entry.reserved.token))
         for queue, ids in by_queue.items():
             lost = await self.broker.extend(self.rq.keys(queue), ids)
             if len(self._lost) > 10_000:  # ids of lost jobs later released, not acked
                 self._lost.clear()
             for job_id in lost:
+                held = self._running.get(job_id)
+                if held is None or held.settling:
+                    continue  # released or failed meanwhile: not a loss
                 if job_id in self._lost:
                     continue  # reported at an earlier renewal
                 self._lost.add(job_id)
