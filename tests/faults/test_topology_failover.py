@@ -127,7 +127,9 @@ def _drill(
         with Producer(rig) as producer:
             wait_for(lambda: rig.executed() >= 200, 30, 0.05, message="200 executed")
             t_fault = time.monotonic()
+            at_fault = rig.executed()
             promotion_s = fault()
+            time.sleep(0.5)  # the demoted primary takes acks until Sentinel reconfigures it
             at_promotion = rig.executed()
             wait_for(lambda: rig.executed() >= at_promotion + 100, 30, 0.05, message="progress")
             time.sleep(1.0)
@@ -172,10 +174,14 @@ def _drill(
     assert lost == [], lost[:10]
     assert failed_other == []
     assert stranded == 0
-    assert twice <= len(workers) * CONCURRENCY
-    # ran_then_failed is recorded, not asserted: a run whose ack went to the old master
-    # is delivered again and, with tries 1, failed as MaxAttemptsExceeded. Counting such
-    # stalls apart from attempts is issue 11a's; tighten to == [] once it is merged.
+    # A run whose ack reached the old primary after the promotion (asynchronous
+    # replication: SENTINEL FAILOVER does not pause the old primary's clients, as CLUSTER
+    # FAILOVER does) runs again once its lease expires: a stall, not an attempt. So runs
+    # twice are bounded by the jobs in flight plus the jobs finished in the switch.
+    window = at_promotion - at_fault
+    assert twice <= len(workers) * CONCURRENCY + window, (twice, window)
+    # ... and such a job never lands in the failed store (stalls are not attempts).
+    assert ran_then_failed == [], reasons
     assert all(alive), rig.logs()[-3000:]
     assert "Traceback" not in rig.logs(), rig.logs()[-3000:]
 
