@@ -12,9 +12,9 @@ the thread then take turns job by job, each waking the other (py-spy: the loop s
 :class:`SyncRunner` keeps the threads and changes the hand-off:
 
 * **In**: :meth:`SyncRunner.submit` appends to a deque and wakes a thread only when no
-  thread is awake to take the job. A thread that finishes a job takes the next one
-  without sleeping, so a burst of jobs popped together runs on one thread with one
-  wake-up.
+  thread is awake (about to take a job, or inside a handler and so coming back for the
+  next). A thread that finishes a job takes the next one without sleeping, so a burst
+  of jobs popped together runs on one thread with one wake-up.
 * **Out**: a finished job goes to a second deque; the loop is woken (one
   ``call_soon_threadsafe``) only when no wake-up is pending already, and then settles
   everything that finished since, in one callback.
