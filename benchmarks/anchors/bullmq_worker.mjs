@@ -46,6 +46,7 @@ if (mode === "push") {
     { connection, concurrency: Number(process.env.BULLMQ_CONCURRENCY || 1) },
   );
   const stop = async () => {
+    setTimeout(() => process.exit(1), 5000).unref(); // Redis gone: close() would wait forever
     await worker.close();
     await client.quit();
     process.exit(0);
