@@ -3,19 +3,21 @@
     .venv/bin/python -m benchmarks.bench_database [--n 2000] [--rounds 3]
 
 1. **Database channel**: N queued notifications (``via() == ["database"]``) drained by an
-   in-process worker (``--concurrency 32``) into SQLite and PostgreSQL, as rows/s, beside
-   two baselines on the same table shape in the same run: one ``executemany`` of N rows
-   in one transaction (the database's ceiling), one INSERT + COMMIT per row (what a
-   channel without group commit would do), and the same notifications on a channel that
-   does nothing (the queue's ceiling).
+   in-process worker (``--concurrency 32``) into SQLite, PostgreSQL and MariaDB, as
+   rows/s, beside two baselines on the same table shape in the same run: one
+   ``executemany`` of N rows in one transaction (the database's ceiling), one INSERT +
+   COMMIT per row (what a channel without group commit would do), and the same
+   notifications on a channel that does nothing (the queue's ceiling).
 2. **Encryption**: the drain of N no-op jobs, plain against ``ShouldBeEncrypted``,
    rounds interleaved, as jobs/s and the extra microseconds per job; and the seal + open
    cost of one payload alone.
 
 Redis: a throwaway server (``benchmarks/_redis.py``). PostgreSQL: ``TIDINGS_BENCH_POSTGRES_URL``,
-else the server on 127.0.0.1:5432, else a private cluster (tests/support/postgres.py),
-in a database of its own that is dropped after. Nothing is asserted; on a shared machine
-read the ratios, not the absolute rates.
+else the server on 127.0.0.1:5432, else a private cluster (tests/support/pg_database.py),
+in a database of its own that is dropped after. MariaDB: ``TIDINGS_BENCH_MYSQL_URL``
+(an SQLAlchemy URL), else a private mariadbd (tests/support/mariadb.py, PyMySQL), in a
+database of its own. ``--backends sqlite,mariadb`` picks some; ``--no-encryption`` skips
+part 2. Nothing is asserted; on a shared machine read the ratios, not the absolute rates.
 """
 
 from __future__ import annotations
@@ -192,24 +194,46 @@ def postgres_url() -> tuple[str, Any]:
     url = os.environ.get("TIDINGS_BENCH_POSTGRES_URL")
     if url:
         return url, None
-    from tests.support.postgres import TestDatabase, postgres_admin_url
+    from tests.support.pg_database import TestDatabase, postgres_admin_url
 
     admin, cluster = postgres_admin_url()
     db = TestDatabase(admin).create()
     return db.sqlalchemy_url, (db, cluster)
 
 
+def mysql_url() -> tuple[str, Any]:
+    url = os.environ.get("TIDINGS_BENCH_MYSQL_URL")
+    if url:
+        return url, None
+    from tests.support.mariadb import MariaDBServer, MySQLDatabase
+
+    server = MariaDBServer().start()
+    db = MySQLDatabase(server.admin_url).create()
+    return db.sqlalchemy_url, (db, server)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--backends", default="sqlite,postgresql,mariadb")
+    parser.add_argument("--no-encryption", action="store_true")
     args = parser.parse_args()
     n, rounds = args.n, args.rounds
+    backends = args.backends.split(",")
     print(f"# bench_database: n={n}, rounds={rounds} (medians), cpus={os.cpu_count()}")
     with bench_redis() as server, tempfile.TemporaryDirectory() as tmp:
-        pg, owned = postgres_url()
+        owned: list[tuple[Any, Any]] = []
         try:
-            targets = {"sqlite": f"sqlite:///{tmp}/bench.sqlite3", "postgresql": pg}
+            targets: dict[str, str] = {}
+            if "sqlite" in backends:
+                targets["sqlite"] = f"sqlite:///{tmp}/bench.sqlite3"
+            if "postgresql" in backends:
+                targets["postgresql"], pg_owned = postgres_url()
+                owned += [pg_owned] if pg_owned else []
+            if "mariadb" in backends:
+                targets["mariadb"], my_owned = mysql_url()
+                owned += [my_owned] if my_owned else []
             print("\n## database channel: notifications stored per second")
             head = f"{'backend':<11} {'queue+worker':>13} {'executemany':>12} {'row+commit':>11}"
             print(f"{head} {'no-op channel':>14}  queue/executemany  queue/no-op")
@@ -228,6 +252,8 @@ def main() -> int:
                 )
                 store.close()
 
+            if args.no_encryption:
+                return 0
             print(
                 "\n## encryption: drain of no-op jobs (--concurrency 16), "
                 f"{2 * rounds} rounds each, ABBA"
@@ -256,11 +282,10 @@ def main() -> int:
             print(f"seal + open of one payload alone: {one:.1f} µs")
             app.close()
         finally:
-            if owned is not None:
-                db, cluster = owned
+            for db, server_ in owned:
                 db.drop()
-                if cluster is not None:
-                    cluster.stop()
+                if server_ is not None:
+                    server_.stop()
     return 0
 
 

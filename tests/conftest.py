@@ -146,6 +146,16 @@ class _Guard:
 
 
 @pytest.fixture(autouse=True)
+def fresh_blocking_warning() -> None:
+    """Every test starts with the once-per-process BlockingDispatchWarning armed, so a
+    sync dispatch on a running loop fails the test that makes it (warnings are errors),
+    whatever ran before it."""
+    import tidings._blocking
+
+    tidings._blocking._warned_blocking = False
+
+
+@pytest.fixture(autouse=True)
 def loopback_only() -> Iterator[list[str]]:
     """Refuse non-loopback network access for the duration of every test.
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import warnings
 
+from tidings.errors import BlockingDispatchWarning
 
-class BlockingDispatchWarning(RuntimeWarning):
-    """A sync push to Redis was made on a running event loop's thread."""
+__all__ = ["BlockingDispatchWarning", "warn_blocking"]
 
 
 _warned_blocking = False

@@ -45,11 +45,3 @@ def deferrer() -> Deferrer | None:
         if defer is not None:
             return defer
     return None
-
-
-def wants_after_commit(source: object, default: bool) -> bool:
-    """The ``after_commit`` option of a job's option source (None: the App default)."""
-    value = getattr(source, "after_commit", None)
-    if callable(value):
-        value = value()
-    return default if value is None else bool(value)

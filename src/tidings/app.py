@@ -360,17 +360,20 @@ class App:
     def _deferrer(self, pending: PendingDispatch) -> after_commit.Deferrer | None:
         """Where to hold this push until commit (None: push now); see
         :mod:`tidings.after_commit`."""
-        if not after_commit.wants_after_commit(
-            pending.job.option_source(), self.settings.after_commit
-        ):
+        wanted = option(pending.job.option_source(), "after_commit")
+        if not (self.settings.after_commit if wanted is None else wanted):
             return None
         return after_commit.deferrer()
 
     def push_pending(self, pending: PendingDispatch) -> str | None:
         """Push a job with its dispatch options; returns its id (None: a unique duplicate,
         or a unique job held until commit)."""
+        return self._push_pending(pending, self._deferrer(pending))
+
+    def _push_pending(
+        self, pending: PendingDispatch, defer: after_commit.Deferrer | None
+    ) -> str | None:
         guard = guard_for(pending.job)
-        defer = self._deferrer(pending)
         if guard is not None:
             if defer is not None:
                 defer(lambda: push_guarded(self, pending, guard))
@@ -392,8 +395,9 @@ class App:
 
     async def push_pending_async(self, pending: PendingDispatch) -> str | None:
         """Async twin of :meth:`push_pending`."""
-        if self._deferrer(pending) is not None:
-            return self.push_pending(pending)
+        defer = self._deferrer(pending)
+        if defer is not None:  # held until commit: nothing reaches Redis now
+            return self._push_pending(pending, defer)
         guard = guard_for(pending.job)
         if guard is not None:
             return await push_guarded_async(self, pending, guard)

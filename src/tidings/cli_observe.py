@@ -20,8 +20,7 @@ import click
 import orjson
 
 from tidings._version import __version__
-from tidings.dashboard.redaction import mask_url
-from tidings.redaction import redact
+from tidings.redaction import mask_url, redact
 from tidings.terminal import EscapingFormatter, escape_json
 
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F) if c not in (0x0A,)}

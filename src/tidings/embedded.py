@@ -110,6 +110,9 @@ def _lock_held(path: Path) -> bool:
     return False
 
 
+LOCK_RELEASE_WAIT_S = 5.0
+
+
 def _pid_alive(pid_path: Path) -> bool:
     """Whether the pid file names a live redis-server process."""
     try:
@@ -133,11 +136,20 @@ def _pid_alive(pid_path: Path) -> bool:
 
 def _running(directory: Path, sock_path: Path) -> bool:
     """Whether a server runs on ``directory`` already, busy or not."""
-    return (
-        _lock_held(directory / "server.lock")
-        or _pid_alive(directory / "redis.pid")
-        or _accepts(sock_path)
-    )
+    if _pid_alive(directory / "redis.pid") or _accepts(sock_path):
+        return True
+    lock = directory / "server.lock"
+    # Held while the server its pid file names is gone: the kernel drops a killed
+    # process's flock a moment after the process ends (the last close of a file is
+    # deferred), and a fork of it (an AOF rewrite) may still hold it for a while. Wait a
+    # bounded time for it to clear; held still, count it as a running server: a second
+    # server on the same files must never start.
+    deadline = time.monotonic() + LOCK_RELEASE_WAIT_S
+    while _lock_held(lock):
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def ensure_embedded(directory: Path) -> str:

@@ -175,3 +175,9 @@ class PermanentChannelError(ChannelError):
     """Delivery failed in a way no retry can fix."""
 
     permanent = True
+
+
+class BlockingDispatchWarning(RuntimeWarning):
+    """A sync push to Redis was made on a running event loop's thread (it blocks the
+    loop). Filter it with ``warnings.simplefilter("ignore", BlockingDispatchWarning)``
+    where that is intended; in ``async def`` code use the ``*_async`` calls instead."""

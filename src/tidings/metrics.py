@@ -69,8 +69,9 @@ HIST_MS: tuple[float, ...] = (
 )  # fmt: skip
 """Upper bounds (ms) of the histogram buckets; a last bucket holds everything above."""
 NBUCKETS = len(HIST_MS) + 1
-COUNTS = ("p", "f", "r", "s")
 OUTCOMES = {"p": "processed", "f": "failed", "r": "released", "s": "stalled"}
+# Every field of a bucket hash: the outcomes and the sums behind the averages.
+_FIELDS = OUTCOMES | {"ru": "runtime_us", "rn": "runtime_n", "wu": "wait_us", "wn": "wait_n"}
 
 
 # -- key names ----------------------------------------------------------------------------
@@ -161,15 +162,13 @@ class Counts:
         return c
 
     def add_fields(self, raw: Mapping[Any, Any]) -> None:
-        names = {"p": "processed", "f": "failed", "r": "released", "s": "stalled"}
-        names |= {"ru": "runtime_us", "rn": "runtime_n", "wu": "wait_us", "wn": "wait_n"}
         for k, v in raw.items():
             name = k.decode() if isinstance(k, bytes) else str(k)
             try:
                 n = int(v)
             except (TypeError, ValueError):
                 continue
-            attr = names.get(name)
+            attr = _FIELDS.get(name)
             if attr is not None:
                 setattr(self, attr, getattr(self, attr) + n)
             elif name[:2] in ("rh", "wh") and name[2:].isdigit() and int(name[2:]) < NBUCKETS:

@@ -31,7 +31,7 @@ import threading
 import urllib.parse
 from collections.abc import Iterable
 
-__all__ = ["REDACTED", "clean", "redact", "register", "registered", "shorten"]
+__all__ = ["REDACTED", "clean", "mask_url", "redact", "register", "registered", "shorten"]
 
 REDACTED = "[REDACTED]"
 
@@ -183,3 +183,22 @@ def shorten(text: str, limit: int = 300) -> str:
 def clean(text: str, limit: int = 300, secrets: Iterable[str | None] = ()) -> str:
     """Redact, then shorten: the one way peer text becomes a message."""
     return shorten(redact(text, secrets), limit)
+
+
+_QUERY_SECRET = re.compile(r"(?i)((?:pass(?:word)?|secret|token|key|auth|sid)[^=&]*=)[^&]*")
+
+
+def mask_url(url: str) -> str:
+    """A URL with its password (and query secrets) masked, for banners and pages."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "(unparsable URL)"
+    netloc = parts.netloc
+    if parts.password is not None:
+        user = parts.username or ""
+        host = netloc.rpartition("@")[2]
+        netloc = f"{user}:***@{host}" if user else f":***@{host}"
+    query = _QUERY_SECRET.sub(r"\1***", parts.query)
+    out = f"{parts.scheme}://{netloc}{parts.path}"
+    return out + (f"?{query}" if query else "")

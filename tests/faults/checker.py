@@ -6,8 +6,9 @@ One :class:`Checker` owns a private redis-server (AOF, ``appendfsync always``), 
 (``tests.faults.fault_app:app``) that reach Redis through the proxy; job accounting goes
 to a separate Redis the faults never touch. :meth:`Checker.run_seed` then, for one seed:
 
-1. arms the proxy to drop, with a seeded probability, the replies of some move kinds
-   (push, pop, ack, release, fail, extend) after the command ran;
+1. dispatches two chains and two batches (below), then arms the proxy to drop, with a
+   seeded probability, the replies of some move kinds (push, pop, ack, release, fail,
+   extend; batch_record and push_once) after the command ran;
 2. produces ``Rec`` jobs (they log ``id pid arg`` and count their completion) and
    ``Flaky`` jobs (tries 3, always raise) through the proxy, re-sending a push that
    failed with the same id and envelope, as a careful producer does;
@@ -26,6 +27,16 @@ to a separate Redis the faults never touch. :meth:`Checker.run_seed` then, for o
    * chains (one that succeeds, one whose second link fails for good): links run in
      order; the failed chain's catch runs and its next link never does; the good
      chain's catch never runs; each ran once unless a crash or freeze hit its run;
+   * batches (one whose members all succeed, one with a member that fails for good;
+     ``allow_failures`` or not; some members delayed into the faults and past a cancel):
+     total/pending/processed/failed equal the members' outcomes in the done and failed
+     stores, id by id (a member skipped by the cancel is processed and done); cancelled
+     exactly when a member failed without allow_failures; every member ran once (the
+     failing one ``tries`` times; a skipped one never); ``then`` ran iff nothing failed,
+     ``catch`` iff something did, ``finally`` always, each under its fixed id and once
+     unless a crash or freeze hit its run; ``then`` and ``finally`` started after every
+     member's last run ended (one ordered event log) and not before the batch's
+     ``finished_at``, ``catch`` after the final run of the member that failed;
    * no worker logged an internal error.
 
 ``python -m tests.faults.checker --seeds 1000`` (or ``benchmarks/checker.py``) runs a
@@ -54,14 +65,18 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import orjson  # noqa: E402
 import redis  # noqa: E402
 
-from tests.faults.fault_app import Flaky, Rec  # noqa: E402
+from tests.faults.fault_app import Callback, FailingMember, Flaky, Member, Rec  # noqa: E402
 from tests.support import FaultProxy, RedisServer  # noqa: E402
-from tidings import App, Job, chain  # noqa: E402
+from tidings import App, Job, batch, chain  # noqa: E402
 from tidings.errors import QueueUnavailable  # noqa: E402
 from tidings.queue import scripts  # noqa: E402
+from tidings.queue.batch import BATCH_RECORD, BatchInfo  # noqa: E402
 from tidings.queue.job import PendingDispatch  # noqa: E402
+from tidings.queue.keys import BatchKeys  # noqa: E402
+from tidings.queue.once import PUSH_ONCE  # noqa: E402
 from tidings.queue.producer import prepare  # noqa: E402
 from tidings.queue.redis_queue import RedisQueue  # noqa: E402
 
@@ -77,12 +92,21 @@ KINDS: dict[str, scripts.LuaScript] = {
     "fail": scripts.FAIL,
     "extend": scripts.EXTEND,
 }
+# Drawn from the seed's batch stream (the schedules of the seeds above stay as they were):
+# a worker re-sends these after a lost reply, and the re-send must count nothing twice
+# and push no callback twice.
+BATCH_KINDS: dict[str, scripts.LuaScript] = {"batch_record": BATCH_RECORD, "push_once": PUSH_ONCE}
+CALLBACKS = ("then", "catch", "finally")
 FAULTS = ("kill", "stop", "restart", "reset")
 # A Redis outage this long can outlast a lease (renewed every third of it): jobs then
 # stall and run again, as the docs promise, so the seed's exactly-once checks are waived.
 OUTAGE_STALLS_S = LEASE_S * 2 / 3 - 0.2
 EVERYONE = -1  # in ``affected``: every run may have stalled
 NOTIFY_WORKER = str(Path(sys.executable).parent / "notify-worker")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass
@@ -95,6 +119,20 @@ class Outcome:
     drops: dict[str, int]
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
+
+
+@dataclass
+class _Batch:
+    """One dispatched batch: member names (``<tag>m<i>``), the one meant to fail for
+    good (None in the batch meant to succeed), and the ids read back after dispatch."""
+
+    tag: str
+    id: str
+    names: list[str]
+    failing: str | None
+    allow: bool
+    member_ids: set[str]
+    callback_ids: dict[str, str]
 
 
 @dataclass
@@ -152,6 +190,8 @@ class Checker:
         self.retired: list[subprocess.Popen[bytes]] = []
         self._n = 0
         self.drops_total: dict[str, int] = {}
+        # batches, members, members skipped (cancelled batch), callback runs, cancelled
+        self.batch_totals: dict[str, int] = {}
         self.notes: list[str] = []
         for _ in range(workers):
             self._start_worker()
@@ -221,7 +261,7 @@ class Checker:
 
     def _load_scripts(self) -> None:
         client = self.direct.client
-        for script in KINDS.values():
+        for script in (*KINDS.values(), *BATCH_KINDS.values()):
             client.script_load(script.source)
 
     def run_seed(self, seed: int) -> Outcome:
@@ -245,8 +285,16 @@ class Checker:
         chain(*(Rec(n, n) for n in chains["ok"])).catch(Rec(f"s{seed}cx", "catch")).dispatch()
         d0, d1, d2 = chains["bad"]
         chain(Rec(d0, d0), Flaky(d1, d1), Rec(d2, d2)).catch(Rec(f"s{seed}dx", "catch")).dispatch()
+        # Two batches, dispatched there too, from their own random stream: one whose
+        # members all succeed, one with a member that fails for good (allow_failures or
+        # not); both with then, catch and finally.
+        brng = random.Random(f"batches {seed}")
+        batches = [self._dispatch_batch(f"s{seed}b{j}", bad, brng) for j, bad in enumerate((0, 1))]
+        bkinds = brng.sample(sorted(BATCH_KINDS), brng.randint(0, len(BATCH_KINDS)))
+        markers = {k: KINDS[k].sha.encode() for k in kinds}
+        markers |= {k: BATCH_KINDS[k].sha.encode() for k in bkinds}
         self.proxy.drops = {}
-        self.proxy.drop_replies({k: KINDS[k].sha.encode() for k in kinds}, rate=rate, seed=seed)
+        self.proxy.drop_replies(markers, rate=rate, seed=seed)
         jobs: list[tuple[str, str, bool]] = [(f"s{seed}r{i}", "", False) for i in range(n_rec)]
         jobs += [(f"s{seed}f{i}", "", True) for i in range(n_flaky)]
         rng.shuffle(jobs)
@@ -282,8 +330,10 @@ class Checker:
         self._check(sent, affected, retried, out, stalled)
         # A lost reservation of a job that is not one of ours is a chain link's (their ids
         # are made inside the chain): the chains' run counts are waived then.
-        links_stalled = bool(stalled - set(sent))
+        batch_ids = {i for b in batches for i in (*b.member_ids, *b.callback_ids.values())}
+        links_stalled = bool(stalled - set(sent) - batch_ids)
         self._check_chains(seed, chains, affected | ({EVERYONE} if links_stalled else set()), out)
+        self._check_batches(batches, affected, stalled, out)
         for kind, n in self.proxy.drops.items():
             out.drops[kind] = out.drops.get(kind, 0) + n
             self.drops_total[kind] = self.drops_total.get(kind, 0) + n
@@ -390,10 +440,10 @@ class Checker:
         k = self.direct.keys("default")
         runs: dict[str, list[tuple[int, str]]] = {}
         for line in self.acct.lrange(f"{self.acct_prefix}:log", 0, -1):
-            name, pid, arg = line.decode().split(" ", 2)
+            name, pid, arg = _text(line).split(" ", 2)
             runs.setdefault(name, []).append((int(pid), arg))
         exec_counts = {
-            key.decode(): int(v) for key, v in self.acct.hgetall(f"{self.acct_prefix}:exec").items()
+            _text(key): int(v) for key, v in self.acct.hgetall(f"{self.acct_prefix}:exec").items()
         }
         states = self._states(list(sent))
         client = self.direct.client
@@ -450,7 +500,7 @@ class Checker:
         order: list[str] = []
         pids: dict[str, list[int]] = {}
         for line in self.acct.lrange(f"{self.acct_prefix}:log", 0, -1):
-            name, pid, _ = line.decode().split(" ", 2)
+            name, pid, _ = _text(line).split(" ", 2)
             order.append(name)
             pids.setdefault(name, []).append(int(pid))
 
@@ -479,8 +529,198 @@ class Checker:
         if runs(catch) == 0 or (runs(catch) > 1 and not touched(catch)):
             out.violations.append(f"the catch of the failed chain ran {runs(catch)} times")
 
+    def _dispatch_batch(self, tag: str, bad: int, rng: random.Random) -> _Batch:
+        names = [f"{tag}m{i}" for i in range(rng.randint(3, 8))]
+        failing = rng.choice(names) if bad else None
+        allow = rng.random() < 0.5
+        members: list[Job | PendingDispatch] = []
+        for n in names:
+            # Half the others start later, into the faults, and past a cancel: skipped.
+            late = n != failing and rng.random() < 0.5
+            members.append(
+                FailingMember(n)
+                if n == failing
+                else Member(n).delay(rng.uniform(0.2, 1.2))
+                if late
+                else Member(n)
+            )
+        pending = batch(members).name(tag).allow_failures(allow)
+        pending.then(Callback(f"{tag}:then")).catch(Callback(f"{tag}:catch"))
+        batch_id = pending.finally_(Callback(f"{tag}:finally")).dispatch()
+        k = BatchKeys.build(self.prefix, batch_id)
+        client = self.direct.client
+        member_ids = {_text(m) for m in client.smembers(k.members)}
+        callback_ids: dict[str, str] = {}
+        for kind in CALLBACKS:
+            envelope = client.hget(k.info, f"cb:{kind}:b")
+            callback_ids[kind] = str(orjson.loads(envelope or b"{}")["body"]["uuid"])
+        return _Batch(tag, batch_id, names, failing, allow, member_ids, callback_ids)
+
+    def _check_batches(
+        self, batches: list[_Batch], affected: set[int], stalled: set[str], out: Outcome
+    ) -> None:
+        """The counters equal the members' outcomes in the done and failed stores; then,
+        catch and finally each ran once when the outcome calls for it (more only when a
+        crash or freeze hit its run) and never otherwise; no then/finally started before
+        every member's last run ended and the batch was marked finished, no catch before
+        the final run of the member that failed."""
+        # event name pid ms job_id, in the order they happened (one list on one Redis)
+        events: dict[str, list[tuple[int, str, int, int, str]]] = {}
+        for pos, line in enumerate(self.acct.lrange(f"{self.acct_prefix}:blog", 0, -1)):
+            event, name, pid, ms, job_id = _text(line).split(" ")
+            events.setdefault(name, []).append((pos, event, int(pid), int(ms), job_id))
+        client = self.direct.client
+        for b in batches:
+            self._check_batch(b, events, affected, stalled, client, out)
+
+    def _check_batch(
+        self,
+        b: _Batch,
+        events: dict[str, list[tuple[int, str, int, int, str]]],
+        affected: set[int],
+        stalled: set[str],
+        client: redis.Redis,
+        out: Outcome,
+    ) -> None:
+        where = f"batch {b.tag} ({b.id})"
+        k = BatchKeys.build(self.prefix, b.id)
+        raw = client.hgetall(k.info)
+        if not raw:
+            out.violations.append(f"{where} is gone")
+            return
+        info = BatchInfo.from_hash(b.id, raw)
+        runs_of = {n: sum(e[1] == "cb" for e in events.get(f"{b.tag}:{n}", [])) for n in CALLBACKS}
+        tally = {
+            "batches": 1,
+            "members": len(b.names),
+            "skipped": sum(not events.get(n) for n in b.names),
+            "cancelled": int(info.cancelled),
+            **{f"{n} runs": r for n, r in runs_of.items()},
+        }
+        for name, n in tally.items():
+            self.batch_totals[name] = self.batch_totals.get(name, 0) + n
+        finished_ms = int(raw.get(b"finished_at", b"0"))
+
+        def of(name: str, event: str) -> list[tuple[int, str, int, int, str]]:
+            return [e for e in events.get(name, []) if e[1] == event]
+
+        def touched(name: str, job_ids: set[str]) -> bool:
+            return (
+                EVERYONE in affected
+                or bool(job_ids & stalled)
+                or any(e[2] in affected for e in events.get(name, []))
+            )
+
+        # Counters against the stores, per id.
+        ids = sorted(b.member_ids)
+        if info.total != len(b.names) or len(ids) != len(b.names):
+            out.violations.append(
+                f"{where}: total {info.total}, {len(ids)} member ids, {len(b.names)} dispatched"
+            )
+        states = self._states(ids)
+        done = {i for i, (d, f) in states.items() if d and not f}
+        failed = {i for i, (d, f) in states.items() if f and not d}
+        for job_id, (d, f) in states.items():
+            if d == f:
+                both = "both done and failed" if d else "neither done nor failed"
+                out.violations.append(f"{where}: member {job_id} is {both}")
+        if info.pending != 0 or not info.finished:
+            out.violations.append(f"{where}: pending {info.pending}, finished {info.finished}")
+        if (info.processed, info.failed) != (len(done), len(failed)):
+            out.violations.append(
+                f"{where}: processed {info.processed}, failed {info.failed}; the stores hold "
+                f"{len(done)} done, {len(failed)} failed"
+            )
+        if info.total != info.processed + info.failed + info.pending:
+            out.violations.append(f"{where}: total is not processed + failed + pending")
+        failed_set = {_text(m) for m in client.smembers(k.failed)}
+        if failed_set != failed:
+            out.violations.append(f"{where}: failed ids {len(failed_set)}, store {len(failed)}")
+        if info.cancelled != (bool(failed) and not b.allow):
+            out.violations.append(
+                f"{where}: cancelled {info.cancelled} with {len(failed)} failed, "
+                f"allow_failures {b.allow}"
+            )
+        catch_by = _text(raw.get(b"catch_by", b""))
+        if bool(catch_by) != bool(failed) or (catch_by and catch_by not in failed):
+            out.violations.append(f"{where}: catch_by {catch_by or '-'} is not a failed member")
+        finisher = _text(raw.get(b"finisher", b""))
+        if finisher not in b.member_ids:
+            out.violations.append(f"{where}: finisher {finisher or '-'} is not a member")
+
+        # Members' runs: once each (the failing one: tries times), unless a crash or
+        # freeze hit a run; none in a cancelled batch is fine (skipped).
+        last_end = -1
+        for name in b.names:
+            runs, ends = of(name, "start"), of(name, "end")
+            job_ids = {e[4] for e in events.get(name, [])}
+            if len(job_ids) > 1 or not job_ids <= b.member_ids:
+                out.violations.append(f"{where}: {name} ran as {sorted(job_ids)}")
+            if touched(name, job_ids):
+                continue
+            if ends:
+                last_end = max(last_end, ends[-1][0])
+            outcome = "failed" if job_ids & failed else "done" if job_ids & done else "unrun"
+            if name == b.failing:
+                if catch_by and catch_by not in job_ids:
+                    continue  # another member failed first (a stall): the cancel may cut it
+                want = (FLAKY_TRIES, "failed")
+            else:
+                want = (1, "done")
+                if info.cancelled and not runs:
+                    want = (0, "unrun")  # skipped: counted as processed, in the done store
+            if (len(runs), len(ends), outcome) != (want[0], want[0], want[1]):
+                out.violations.append(
+                    f"{where}: {name} started {len(runs)} times, ended {len(ends)}, "
+                    f"is {outcome}; want {want[0]} runs, {want[1]}"
+                )
+        unrun = set(ids) - {e[4] for n in b.names for e in events.get(n, [])}
+        if not unrun <= done:
+            out.violations.append(
+                f"{where}: {len(unrun - done)} members never ran and are not done"
+            )
+
+        # Callbacks: which, how often, and not too early.
+        want_cb = {
+            "then": not failed and not info.cancelled,
+            "catch": bool(failed),
+            "finally": True,
+        }
+        fail_end = -1
+        if b.failing is not None and not touched(b.failing, set()):
+            ends = of(b.failing, "end")
+            fail_end = ends[-1][0] if ends else -1
+        for kind in CALLBACKS:
+            name = f"{b.tag}:{kind}"
+            runs = of(name, "cb")
+            cb_id = b.callback_ids[kind]
+            if any(e[4] != cb_id for e in runs):
+                out.violations.append(f"{where}: {kind} ran under another id")
+            if not want_cb[kind]:
+                if runs:
+                    out.violations.append(f"{where}: {kind} ran {len(runs)} times, should not run")
+                continue
+            if not runs:
+                out.violations.append(f"{where}: {kind} never ran")
+                continue
+            if len(runs) > 1 and not touched(name, {cb_id}):
+                out.violations.append(f"{where}: {kind} ran {len(runs)} times")
+            first_pos, first_ms = runs[0][0], runs[0][3]
+            if kind == "catch":
+                if first_pos < fail_end:
+                    out.violations.append(f"{where}: catch ran before the failing member settled")
+                continue
+            if first_pos < last_end:
+                out.violations.append(f"{where}: {kind} ran before every member settled")
+            if first_ms < finished_ms:
+                out.violations.append(
+                    f"{where}: {kind} ran {finished_ms - first_ms} ms before the batch finished"
+                )
+
     def _reset_state(self, sent: dict[str, _Sent]) -> None:
-        self.acct.delete(f"{self.acct_prefix}:log", f"{self.acct_prefix}:exec")
+        self.acct.delete(
+            f"{self.acct_prefix}:log", f"{self.acct_prefix}:exec", f"{self.acct_prefix}:blog"
+        )
         self.direct.flush()
 
 
@@ -517,6 +757,7 @@ def run_seeds(
             f"seeds run {len(outcomes)}  violations {sum(len(o.violations) for o in outcomes)}"
             f"  seeds with violations {bad or '-'}  drops injected {dict(sorted(totals.items()))}"
         )
+        print_fn(f"batches checked {checker.batch_totals or '-'}")
         checker.close()
         if own:
             shutil.rmtree(wd, ignore_errors=True)

@@ -11,6 +11,9 @@ measures the queue, not the accounting. Recording keys, under ``<account prefix>
     start_ms  hash id -> Redis TIME (ms, on the *queue's* Redis) at the last start
     pid       hash id -> pid of the worker that last started it
     released  hash id -> Redis TIME (ms, queue's Redis) when it released itself
+    blog      list of ``event name pid ms job_id`` (the checker's batches: :class:`Member`,
+              :class:`FailingMember`, :class:`Callback`); ``ms`` is the *accounting*
+              Redis's TIME, and the list's order is the order the events happened in
 
 ``TIDINGS_TEST_ACCOUNT_PREFIX`` is that prefix (default: ``TIDINGS_PREFIX``).
 """
@@ -25,6 +28,7 @@ from typing import Any
 import redis.asyncio
 
 from tidings import App, Job
+from tidings.queue.job import current_run
 
 _app: App | None = None
 _accounts: dict[int, redis.asyncio.Redis] = {}
@@ -185,3 +189,48 @@ class Once(Job):
 
     async def handle(self) -> None:
         await account().hincrby(key("exec"), self.id, 1)
+
+
+async def _batch_event(event: str, name: str) -> None:
+    """Append ``event name pid ms job_id`` to ``blog`` (ms: the accounting Redis's TIME)."""
+    a = account()
+    sec, us = await a.time()
+    ms = int(sec) * 1000 + int(us) // 1000
+    run = current_run()
+    job_id = run.job_id if run is not None else "-"
+    await a.rpush(key("blog"), f"{event} {name} {os.getpid()} {ms} {job_id}")
+
+
+@dataclass
+class Member(Job):
+    """The checker's batch member: logs ``start`` and, as its handler returns, ``end``."""
+
+    id: str
+
+    async def handle(self) -> None:
+        await _batch_event("start", self.id)
+        await _batch_event("end", self.id)
+
+
+@dataclass
+class FailingMember(Job):
+    """A batch member that fails for good: logs ``start`` and ``end``, then raises; tries
+    3, so its third run's ``end`` is the last thing it does before its final failure."""
+
+    id: str
+    tries = 3
+
+    async def handle(self) -> None:
+        await _batch_event("start", self.id)
+        await _batch_event("end", self.id)
+        raise RuntimeError(f"failing member {self.id}")
+
+
+@dataclass
+class Callback(Job):
+    """A batch's then/catch/finally callback in the checker: logs ``cb`` at each start."""
+
+    id: str
+
+    async def handle(self) -> None:
+        await _batch_event("cb", self.id)

@@ -86,3 +86,17 @@ class NotJson(Notification, ShouldQueue):
 class NoData(Notification, ShouldQueue):
     def via(self, notifiable: Any) -> list[str]:
         return ["database"]
+
+
+@dataclass
+class Greeting(Notification, ShouldQueue):
+    """Non-ASCII text and 4-byte emoji (MySQL's ``utf8`` is 3 bytes: only ``utf8mb4``
+    stores them) in the data and in the notifiable's id."""
+
+    text: str
+
+    def via(self, notifiable: Any) -> list[str]:
+        return ["database"]
+
+    def to_database(self, notifiable: Any) -> dict[str, Any]:
+        return {"text": self.text, "nested": {"tags": ["café", "🎉", "日本語"]}, "n": 1.5}

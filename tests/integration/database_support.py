@@ -1,6 +1,7 @@
 """Fixtures of the database-channel tests: a PostgreSQL server for the run (see
-tests/support/pg_database.py), a schema of its own per test, and ``database_url`` over
-real SQLite and real PostgreSQL."""
+tests/support/pg_database.py) with a schema of its own per test, a private MariaDB server
+for the run (tests/support/mariadb.py) with a database of its own per test, and
+``database_url`` over real SQLite, real PostgreSQL and real MariaDB."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.mariadb import MySQLDatabase, mysql_admin_url
 from tests.support.pg_database import TestDatabase, postgres_admin_url
 
 
@@ -47,9 +49,32 @@ def pg_url(postgres_db: TestDatabase) -> Iterator[str]:
     yield from postgres_schema_url(postgres_db)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(scope="session")
+def mariadb_admin() -> Iterator[str]:
+    """An admin ``mysql://`` URL: a private mariadbd for this run (stopped at the end)."""
+    url, server = mysql_admin_url()
+    try:
+        yield url
+    finally:
+        if server is not None:
+            server.stop()
+
+
+@pytest.fixture
+def mariadb_url(mariadb_admin: str) -> Iterator[str]:
+    """An SQLAlchemy ``mysql+pymysql://`` URL on a fresh database (dropped after)."""
+    db = MySQLDatabase(mariadb_admin).create()
+    try:
+        yield db.sqlalchemy_url
+    finally:
+        db.drop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'notifications.sqlite3'}"
-    else:
+    elif request.param == "postgresql":
         yield from postgres_schema_url(request.getfixturevalue("postgres_db"))
+    else:
+        yield request.getfixturevalue("mariadb_url")

@@ -1,13 +1,15 @@
-"""The database channel on real SQLite and a real PostgreSQL: rows, the notifiable API,
-prune, idempotent writes under retries and a lost ack, and failures that lose nothing."""
+"""The database channel on real SQLite, a real PostgreSQL and a real MariaDB: rows, the
+notifiable API, prune, idempotent writes under retries and a lost ack, non-ASCII and
+emoji data, and failures that lose nothing."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +18,15 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from tests.integration import database_app as models
-from tests.integration.database_support import database_url, pg_url, postgres_db
+from tests.integration.database_support import (
+    database_url,
+    mariadb_admin,
+    mariadb_url,
+    pg_url,
+    postgres_db,
+)
 from tests.integration.notify_support import KEY, make_app, work
+from tests.support.mariadb import MariaDBServer, MySQLDatabase
 from tests.support.pg_database import PostgresCluster, TestDatabase
 from tests.support.procs import free_port
 from tidings import App
@@ -25,7 +34,7 @@ from tidings.cli import main
 from tidings.notifications import Notification, NotificationSent
 from tidings.notifications.channels.database import NotificationStore
 
-__all__ = ["database_url", "pg_url", "postgres_db"]
+__all__ = ["database_url", "mariadb_admin", "mariadb_url", "pg_url", "postgres_db"]
 
 NOTIFY_WORKER = str(Path(sys.executable).parent / "notify-worker")
 
@@ -133,7 +142,7 @@ def test_table_created_on_first_use_and_db_upgrade(
         "TIDINGS_REDIS_URL": redis_url, "TIDINGS_KEY": KEY, "TIDINGS_PREFIX": prefix,
         "TIDINGS_DATABASE_URL": database_url.replace("notifications.sqlite3", "other.sqlite3"),
     }  # fmt: skip
-    if "postgresql" in database_url:
+    if not database_url.startswith("sqlite"):  # the same database: drop the table
         with NotificationStore(database_url).engine.begin() as conn:
             conn.execute(sa.text("DROP TABLE notifications"))
     spec = "tests.integration.database_app:app"
@@ -228,8 +237,11 @@ def test_bad_data_and_missing_method_fail_once_with_the_reason(
         app.close()
 
 
-def test_database_down_retries_then_fails_without_the_password(redis_url: str, prefix: str) -> None:
-    url = f"postgresql+psycopg://tidings:s3cret-db-pw@127.0.0.1:{free_port()}/nowhere"
+@pytest.mark.parametrize("driver", ["postgresql+psycopg", "mysql+pymysql"])
+def test_database_down_retries_then_fails_without_the_password(
+    redis_url: str, prefix: str, driver: str
+) -> None:
+    url = f"{driver}://tidings:s3cret-db-pw@127.0.0.1:{free_port()}/nowhere"
     app = app_on(redis_url, prefix, url)
     try:
         models.Member(1).notify(models.InvoicePaid(1))
@@ -243,10 +255,20 @@ def test_database_down_retries_then_fails_without_the_password(redis_url: str, p
         app.close()
 
 
+@pytest.fixture(params=["postgresql", "mariadb"])
+def server_url(request: pytest.FixtureRequest) -> str:
+    """The servers (not SQLite, whose varchar has no length) of ``database_url``."""
+    url: str = request.getfixturevalue("pg_url" if request.param == "postgresql" else "mariadb_url")
+    return url
+
+
 def test_one_bad_row_in_a_group_commit_does_not_fail_the_others(
-    redis_url: str, prefix: str, pg_url: str
+    redis_url: str, prefix: str, server_url: str
 ) -> None:
-    app = app_on(redis_url, prefix, pg_url)
+    """A 300-character id over varchar(255) fails its job alone, and on MariaDB too: the
+    insert must not be ``INSERT IGNORE``, which turns "data too long" into a warning and
+    stores the id cut at 255 characters (another notifiable's row)."""
+    app = app_on(redis_url, prefix, server_url)
     try:
         for i in range(20):
             models.Member(i).notify(models.InvoicePaid(i))
@@ -258,6 +280,7 @@ def test_one_bad_row_in_a_group_commit_does_not_fail_the_others(
         assert record.name == "Mentioned (database)"
         assert "PermanentChannelError" in record.exception and record.attempts == 1
         assert len(rows(app)) == 40
+        assert all(len(r["notifiable_id"]) < 255 for r in rows(app))  # nothing cut short
     finally:
         app.close()
 
@@ -316,3 +339,133 @@ def test_notify_now_and_the_async_twins(redis_url: str, prefix: str, tmp_path: P
         assert asyncio.run(ann.mark_all_as_read_async()) == 0
     finally:
         app.close()
+
+
+def test_json_data_round_trips_non_ascii_and_4_byte_emoji(
+    redis_url: str, prefix: str, database_url: str
+) -> None:
+    """Through the queue and a worker: accents, CJK and emoji outside the BMP (4 bytes in
+    UTF-8) in the data and in the notifiable's id come back as they went in. On MariaDB
+    the test database has the server's default charset (latin1), so the table must ask
+    for utf8mb4 itself."""
+    app = app_on(redis_url, prefix, database_url)
+    text = "Grüße, Zoë — 日本語 🎉🚀 𝄞"
+    try:
+        team = models.Team("équipe-🦄")
+        team.notify(models.Greeting(text))
+        work(app)
+        [got] = team.notifications()
+        assert got.notifiable_id == "équipe-🦄"
+        assert got.data == {"text": text, "nested": {"tags": ["café", "🎉", "日本語"]}, "n": 1.5}
+        [row] = rows(app)
+        data = row["data"] if isinstance(row["data"], dict) else json.loads(row["data"])
+        assert data["text"] == text  # what a web app reading the table directly sees
+    finally:
+        app.close()
+
+
+def test_a_delivery_id_stored_twice_keeps_one_row_and_the_first_data(database_url: str) -> None:
+    """The idempotent insert itself (``ON CONFLICT DO NOTHING`` / MySQL's duplicate-key
+    path): the same delivery id, in a later batch and twice within one batch, stores one
+    row and never overwrites the first one's data or read state."""
+    store = NotificationStore(database_url)
+    now = datetime.now(UTC)
+
+    def row(i: str, v: int) -> dict[str, Any]:
+        return {
+            "id": i, "type": "t", "notifiable_type": "u", "notifiable_id": "1",
+            "data": {"v": v}, "read_at": None, "created_at": now,
+        }  # fmt: skip
+
+    try:
+        store.insert_rows([row("a" * 32, 1)])
+        assert store.mark_as_read("u", "1", ["a" * 32]) == 1
+        store.insert_rows([row("b" * 32, 2), row("a" * 32, 3), row("b" * 32, 4)])
+        got = {n.id: n for n in store.for_notifiable("u", "1")}
+        assert store.count() == 2 and set(got) == {"a" * 32, "b" * 32}
+        assert got["a" * 32].data == {"v": 1} and got["a" * 32].read  # untouched
+        assert got["b" * 32].data == {"v": 2}
+        # Ids and types compare exactly, as on every backend (MySQL's default collations
+        # would call "U" and "u" the same notifiable).
+        assert store.for_notifiable("U", "1") == [] and store.count("U", "1") == 0
+        assert store.mark_as_read("U", "1") == 0
+    finally:
+        store.close()
+
+
+def test_mariadb_refuses_an_over_long_id_even_on_a_lax_server(mariadb_url: str) -> None:
+    """A session whose sql_mode is not strict (as on servers configured long ago) still
+    refuses a 300-character notifiable id instead of storing it cut at 255: the store
+    turns strict mode on for its connections."""
+    lax = f"{mariadb_url}?init_command=SET+SESSION+sql_mode%3D%27%27"
+    store = NotificationStore(lax)
+    try:
+        with store.engine.connect() as conn:
+            mode = conn.execute(sa.text("SELECT @@SESSION.sql_mode")).scalar_one()
+        assert "STRICT_TRANS_TABLES" in mode
+        row = {
+            "id": "c" * 32, "type": "t", "notifiable_type": "u", "notifiable_id": "x" * 300,
+            "data": {}, "read_at": None, "created_at": datetime.now(UTC),
+        }  # fmt: skip
+        with pytest.raises(sa.exc.DataError) as caught:
+            store.insert_rows([row])
+        assert type(store.error(caught.value)).__name__ == "PermanentChannelError"
+        assert store.count() == 0
+    finally:
+        store.close()
+
+
+def test_times_keep_microseconds_and_order_within_a_second(database_url: str) -> None:
+    """Newest first even for rows a few microseconds apart (MySQL's DATETIME keeps whole
+    seconds unless told otherwise), times come back in UTC, and an aware time in another
+    zone is stored as the same instant."""
+    store = NotificationStore(database_url)
+    base = datetime(2031, 5, 6, 7, 8, 9, 100, tzinfo=UTC)
+    east = timezone(timedelta(hours=5, minutes=30))
+    rows_in = [
+        {
+            "id": f"{9 - i}" * 32, "type": "t", "notifiable_type": "u", "notifiable_id": "1",
+            "data": {"i": i}, "read_at": None,
+            "created_at": (base + timedelta(microseconds=i * 7)).astimezone(east),
+        }
+        for i in range(5)
+    ]  # fmt: skip
+    try:
+        store.insert_rows(rows_in)
+        got = store.for_notifiable("u", "1")
+        assert [n.data["i"] for n in got] == [4, 3, 2, 1, 0]
+        assert got[0].created_at == base + timedelta(microseconds=28)
+        assert got[0].created_at.utcoffset() == timedelta(0)
+        assert store.prune(timedelta(days=1)) == 0  # in the future: nothing to prune
+    finally:
+        store.close()
+
+
+def test_a_private_mariadb_serves_the_store_and_is_removed() -> None:
+    """tests/support/mariadb.py on its own: mariadb-install-db + mariadbd in a temp dir on
+    a free port (never the machine's 3306), a database, the store on it, the pid ended
+    and the directory removed."""
+    server = MariaDBServer().start()
+    proc, root = server.proc, server.dir
+    assert proc is not None and root is not None and server.port != 3306
+    try:
+        db = MySQLDatabase(server.admin_url).create()
+        store = NotificationStore(db.sqlalchemy_url)
+        try:
+            assert store.upgrade() is True and store.upgrade() is False
+            with store.engine.connect() as conn:
+                charset = conn.execute(
+                    sa.text(
+                        "SELECT CCSA.character_set_name FROM information_schema.TABLES T "
+                        "JOIN information_schema.COLLATION_CHARACTER_SET_APPLICABILITY CCSA "
+                        "ON CCSA.collation_name = T.table_collation "
+                        "WHERE T.table_schema = DATABASE() AND T.table_name = 'notifications'"
+                    )
+                ).scalar_one()
+            assert charset == "utf8mb4"
+        finally:
+            store.close()
+            db.drop()
+    finally:
+        server.stop()
+    assert not proc.alive() and not root.exists()

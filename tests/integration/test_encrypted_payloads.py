@@ -131,12 +131,35 @@ def test_failed_jobs_stay_sealed_and_failed_show_says_so(
         assert shown.exit_code == 0, shown.output
         assert "data:      encrypted (AES-256-GCM, key " in shown.output
         assert m.SECRET_EMAIL not in shown.output
+        page = _dashboard_detail(app, job_id)
+        assert "encrypted: AES-256-GCM, key " in page, page
+        sealed = orjson.loads(record.payload)["body"]["data"]
+        assert sealed["v"][:40] not in page  # the ciphertext is not shown either
+        assert m.SECRET_EMAIL not in page
         assert app.queue_for(None).retry([job_id]) == 1
         work(app)  # retried from the failed store: still opens (fails again in handle)
         [again] = app.queue_for(None).failed()
         assert "refused by the handler" in again.exception
     finally:
         app.close()
+
+
+def _dashboard_detail(app: App, job_id: str) -> str:
+    """The dashboard's failed-job page, over HTTP against its ASGI app."""
+    import asyncio
+
+    import httpx
+
+    from tidings.dashboard import Auth, create_app
+
+    async def get() -> str:
+        transport = httpx.ASGITransport(app=create_app(app, auth=Auth()))
+        async with httpx.AsyncClient(transport=transport, base_url="http://dash") as c:
+            r = await c.get(f"/failed/{job_id}")
+            assert r.status_code == 200, r.text
+            return r.text
+
+    return asyncio.run(get())
 
 
 def _env(redis_url: str, prefix: str, key: str) -> dict[str, str]:

@@ -381,7 +381,7 @@ def test_garbage_in_the_restart_key_neither_stops_nor_restarts_a_worker(app: App
         task = asyncio.create_task(worker.run())
         await asyncio.sleep(0.3)
         r.set(restart_key(app.settings.prefix), "nan")
-        Innocent("after").dispatch()
+        await Innocent("after").dispatch_async()
         deadline = time.monotonic() + 10
         while "after" not in RUNS:
             assert time.monotonic() < deadline and not task.done()

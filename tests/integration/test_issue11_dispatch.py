@@ -8,7 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.workflows_app import Debounced, Record, Unique, make_app
+from tests.support import free_port
 from tidings import App
+from tidings.errors import QueueUnavailable
 
 
 @pytest.fixture
@@ -48,3 +50,17 @@ def test_dispatch_many_async_debounces(app: App) -> None:
     assert _sizes(app)["delayed"] == 1
     assert app.job_status(ids[-1]) == "delayed"
     assert app.job_status(ids[0]) is None
+
+
+def test_dispatch_many_unique_pushes_raise_only_queue_unavailable(prefix: str) -> None:
+    """A Redis that cannot be reached: the unique and debounced pushes of dispatch_many
+    raise QueueUnavailable, as every producer call does (issue 13), not redis-py's
+    ConnectionError."""
+    dead = make_app(f"redis://127.0.0.1:{free_port()}/0", prefix)
+    try:
+        with pytest.raises(QueueUnavailable):
+            dead.dispatch_many([Unique("down", 0)])
+        with pytest.raises(QueueUnavailable):
+            asyncio.run(dead.dispatch_many_async([Debounced("down", 0)]))
+    finally:
+        dead.close()

@@ -84,7 +84,9 @@ def test_a_dead_server_is_replaced(home: Path) -> None:
     first = _pid(home)
     os.kill(first, signal.SIGKILL)
     _wait_gone(first)
-    assert not _lock_held(home / "server.lock")
+    # No wait for the lock here: the kernel drops a killed process's flock a moment
+    # after its exit, and ensure_embedded must ride that out rather than take the held
+    # lock for a live server.
     assert ensure_embedded(home) == url
     second = _pid(home)
     assert second != first and _servers_on(home) == {second}

@@ -80,7 +80,7 @@ def ack(rq: RedisQueue, ids: list[str]) -> int:
 
 
 def envelope(**data: Any) -> tuple[str, bytes]:
-    """A real signed envelope (the pop script only needs valid JSON, but be realistic)."""
+    """A real signed envelope (the pop script only checks the frame, but be realistic)."""
     job_id = new_id()
     body: JobBody = {
         "uuid": job_id,
@@ -492,7 +492,10 @@ RAW_BODIES = [
 
 
 def _exact_fixtures() -> list[tuple[str, bytes]]:
-    fixtures = [(uuid.uuid4().hex, raw) for raw in RAW_BODIES]
+    # Framed as envelopes (the pop checks the frame, not the signature): the bodies'
+    # bytes are what must come through every move unchanged.
+    frame = b'{"sig":"' + b"0" * 64 + b'","body":'
+    fixtures = [(uuid.uuid4().hex, frame + raw + b"}") for raw in RAW_BODIES]
     fixtures.append(
         envelope(
             empty_list=[], empty_obj={}, big=2**63 - 1, slash="/", text="\u00e9\u4e2d\U0001f600"
@@ -582,7 +585,9 @@ def _seed(r: redis.Redis, k: QueueKeys, zset: str, n: int) -> list[str]:
     pipe = r.pipeline(transaction=False)
     for start in range(0, n, 5000):
         chunk = ids[start : start + 5000]
-        pipe.hset(k.jobs, mapping={i: b'{"n":1}' for i in chunk})
+        pipe.hset(
+            k.jobs, mapping={i: b'{"sig":"' + b"0" * 64 + b'","body":{"n":1}}' for i in chunk}
+        )
         pipe.zadd(zset, {i: 1 for i in chunk})  # due/expired long ago
     pipe.execute()
     return ids

@@ -26,7 +26,7 @@ from tests.integration.workflows_support import ROOT, execs, start_worker, stop_
 from tests.support import Proc
 from tests.support.topology import client_for_url
 from tidings import App
-from tidings.queue.batch import BATCH_CREATE, BATCH_RECORD, BatchInfo, batch
+from tidings.queue.batch import BATCH_CREATE, BATCH_RECORD, BatchInfo, batch, failed_job_ids
 from tidings.queue.keys import BatchKeys
 from tidings.queue.producer import new_id
 
@@ -159,6 +159,43 @@ def test_worker_sigkilled_mid_batch_callbacks_fire_once(
     print(f"\nbatch kill: extra executions {extra}, callbacks {_callbacks(redis_client, prefix)}")
     assert seen["i40"] in (1, 2)
     stop_all(w3)
+
+
+def test_worker_killed_after_recording_a_failure_leaves_the_member_failed(
+    app: App, redis_client: redis.Redis, prefix: str, spawn_proc: Callable[..., Proc]
+) -> None:
+    """w1 counts a member's final failure in its batch (catch fired), then dies before
+    moving the job to the failed store; w2 gets the job back after the lease. The job
+    must end in the failed store, as the batch counted it, not acked as done (found by
+    the fault-schedule checker's batches: processed/failed against the stores)."""
+    url = app.settings.redis_url
+    bid = (
+        batch([Item("fine"), Item("bad", fails=True)])
+        .allow_failures()
+        .then(Callback("then"))
+        .catch(Callback("catch"))
+        .finally_(Callback("finally"))
+        .dispatch()
+    )
+    kill = {"WF_KILL_AFTER_FAILURE": "Item"}
+    # One slot: w1 cannot take the catch it pushed before it dies (that run would be
+    # cut short and run again, at least once, as any job on a killed worker).
+    w1 = start_worker(spawn_proc, url, prefix, "--concurrency", "1", name="w1", env=kill)
+    wait_until(lambda: w1.returncode is not None, 20, "w1 killed itself after the failure", w1)
+    assert w1.returncode == -signal.SIGKILL
+    bad = failed_job_ids(app, bid)
+    assert len(bad) == 1  # counted before the worker died
+    w2 = start_worker(spawn_proc, url, prefix, name="w2")
+    wait_until(lambda: app.job_status(bad[0]) in ("done", "failed"), 20, "bad settled", w2)
+    info = wait_until(lambda: _finished(app, bid), 20, "batch finished", w2)
+    assert app.job_status(bad[0]) == "failed"
+    assert [f.id for f in app.queue_for(None).failed()] == bad
+    assert (info.total, info.processed, info.failed, info.pending) == (2, 1, 1, 0)
+    wait_until(lambda: "finally" in _callbacks(redis_client, prefix), 10, "finally", w2)
+    time.sleep(0.5)
+    assert _callbacks(redis_client, prefix) == {"catch": 1, "finally": 1}
+    assert execs(redis_client, prefix)["bad"] == 1  # failed again, not run again
+    stop_all(w2)
 
 
 def test_jobs_add_jobs_to_their_own_batch(

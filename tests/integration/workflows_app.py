@@ -58,7 +58,8 @@ def record(tag: str) -> None:
 class WorkflowApp(App):
     """An App that can SIGKILL its own worker right after a job advanced its chain or
     batch but before the ack (``WF_KILL_AFTER_SUCCESS`` = the job's display name;
-    ``WF_KILL_TAG`` = only for a job whose ``tag`` field equals it). Once per test."""
+    ``WF_KILL_TAG`` = only for a job whose ``tag`` field equals it), or right after a
+    final failure was counted (``WF_KILL_AFTER_FAILURE``). Once per test."""
 
     async def after_success(self, job: Job, body: JobBody, queue: str) -> None:
         await super().after_success(job, body, queue)
@@ -70,6 +71,17 @@ class WorkflowApp(App):
             return
         r, p = _r()
         if r.set(f"{p}:test:killed-after-success", 1, nx=True):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    async def after_failure(self, job: Job | None, body: JobBody, queue: str) -> None:
+        """As ``after_success``: ``WF_KILL_AFTER_FAILURE`` = the display name of a job
+        whose worker dies right after its final failure was counted (chain catch pushed,
+        batch failure recorded) and before its move to the failed store."""
+        await super().after_failure(job, body, queue)
+        if body["displayName"] != os.environ.get("WF_KILL_AFTER_FAILURE"):
+            return
+        r, p = _r()
+        if r.set(f"{p}:test:killed-after-failure", 1, nx=True):
             os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import redis
 from tests.observe.dash_app import Flaky, Hostile, Quick
 from tests.support import Proc, free_port, wait_for
 from tidings import App, batch
+from tidings.errors import BlockingDispatchWarning
 from tidings.metrics import series, summed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,10 +120,15 @@ def test_dashboard_pages_retry_and_escaping(
     base = f"http://127.0.0.1:{dash_port}"
     wait_http(base + "/", dash)
 
-    quick = app.dispatch_many([Quick(i) for i in range(25)])
-    flaky = Flaky("a").dispatch()
-    hostile = Hostile("<b>bold</b>", "hunter2-very-secret", "sk_live_0123456789").dispatch()
-    batch([Quick(100 + i) for i in range(5)]).name("<i>nightly</i> import").dispatch()
+    # Playwright's sync API keeps an event loop running on this thread: the sync
+    # dispatches below would warn (once per process) that they block it, which is true
+    # and harmless here.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BlockingDispatchWarning)
+        quick = app.dispatch_many([Quick(i) for i in range(25)])
+        flaky = Flaky("a").dispatch()
+        hostile = Hostile("<b>bold</b>", "hunter2-very-secret", "sk_live_0123456789").dispatch()
+        batch([Quick(100 + i) for i in range(5)]).name("<i>nightly</i> import").dispatch()
     assert flaky and hostile
     rq = app.queue_for(None)
     wait_for(lambda: rq.sizes(["default"])["default"]["failed"] == 2, 20, message="2 failed")
@@ -170,7 +177,9 @@ def test_dashboard_pages_retry_and_escaping(
 
     page.goto(f"{base}/failed/{hostile}")
     payload = page.locator("pre.payload").inner_text()
-    assert "hunter2-very-secret" not in page.content() and "sk_live_0123456789" not in page.content()
+    assert (
+        "hunter2-very-secret" not in page.content() and "sk_live_0123456789" not in page.content()
+    )
     assert "[REDACTED]" in payload and "<b>bold</b>" in payload
     expect(page.locator("pre.trace")).to_contain_text("<script>alert('boom')</script>")
     assert page.locator("#main script, #main b").count() == 0

@@ -25,7 +25,6 @@ or through ``Tidings.app`` after ``create_app()`` (see the Flask tutorial).
 from __future__ import annotations
 
 import atexit
-import sys
 from typing import Any
 
 from tidings.app import App
@@ -56,11 +55,7 @@ class Tidings:
         """Create the App from ``flask_app.config`` and make it current."""
         options = {**options_from_config(flask_app.config), **self._overrides}
         options.setdefault("allowed_modules", _default_allowed(flask_app))
-        app = App(**options)
-        if "sqlalchemy.orm" in sys.modules:
-            from tidings.contrib.sqlalchemy import install
-
-            install()
+        app = App(**options)  # installs the SQLAlchemy after-commit hooks when loaded
         flask_app.extensions["tidings"] = app
         self._app = app
         atexit.register(app.close)

@@ -12,8 +12,10 @@ from typing import Any
 import orjson
 
 from tidings import metrics
-from tidings.dashboard.redaction import app_secrets, redact_text, redact_value
+from tidings.dashboard.redaction import app_secrets, redact_value
 from tidings.metrics import Counts, JobTiming
+from tidings.queue.encryption import encrypted_key_id
+from tidings.redaction import redact
 
 FAILED_SCAN = 2000
 FAILED_PAGE = 100
@@ -110,7 +112,7 @@ class Reader:
             for (job_id, score), raw in zip(zip(ids, (s for _, s in pairs), strict=True), infos,
                                             strict=True):  # fmt: skip
                 info = _info(raw)
-                exc = redact_text(str(info.get("exception", "")), self.secrets)
+                exc = redact(str(info.get("exception", "")), self.secrets)
                 row = FailedRow(job_id, name, str(info.get("name", "?")), score / 1000.0,
                                 int(info.get("attempts") or 0), _last_line(exc))  # fmt: skip
                 if cls_l and cls_l not in row.name.lower():
@@ -132,7 +134,7 @@ class Reader:
             timing = None
         return FailedDetail(
             record.id, record.queue, record.name, record.failed_at, record.attempts,
-            redact_text(record.exception, self.secrets), payload, pushed, job_class, timing,
+            redact(record.exception, self.secrets), payload, pushed, job_class, timing,
         )  # fmt: skip
 
     def job(self, job_id: str) -> tuple[str | None, JobTiming | None]:
@@ -167,11 +169,15 @@ def _payload(raw: bytes, secrets: list[str]) -> tuple[str, float | None, str]:
         envelope = orjson.loads(raw)
         body = envelope.get("body") if isinstance(envelope, dict) else None
     except orjson.JSONDecodeError:
-        return redact_text(raw[:8192].decode("utf-8", "replace"), secrets), None, ""
+        return redact(raw[:8192].decode("utf-8", "replace"), secrets), None, ""
     if not isinstance(body, dict):
         return "(no body)", None, ""
     pushed = body.get("pushedAt")
     clean = redact_value(body, secrets)
+    sealed = encrypted_key_id(raw)
+    if sealed is not None and isinstance(clean, dict):
+        # Sealed data is shown as what it is, not as ciphertext (``failed show`` alike).
+        clean["data"] = f"(encrypted: AES-256-GCM, key {sealed}; shown sealed)"
     text = orjson.dumps(clean, option=orjson.OPT_INDENT_2).decode()
     if len(text) > 32768:
         text = text[:32768] + "\n...[truncated]"

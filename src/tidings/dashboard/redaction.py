@@ -1,7 +1,7 @@
 """The one place the dashboard removes secrets from job data before showing it.
 
-Swap :func:`redact_text` for the project's central redaction helper when there is one;
-everything the dashboard shows from a payload, an exception or a worker passes here.
+Text goes through the project's one redaction helper, :func:`tidings.redaction.redact`;
+:func:`redact_value` applies it to a JSON value and blanks credential-named keys.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from tidings.notifications.channels.base import REDACTED, redact
+from tidings.redaction import REDACTED, redact
+from tidings.redaction import mask_url as mask_url  # re-exported (older imports)
 
 # Keys whose values are credentials whatever they hold (matched case-insensitively,
 # anywhere in the key: ``smtp_password``, ``X-Api-Key``, ``access_token``...).
@@ -19,8 +20,6 @@ SECRET_KEYS = re.compile(
     r"session|signature|\bsig\b|otp|pin\b|card|cvv|iban|ssn)"
 )
 
-
-_QUERY_SECRET = re.compile(r"(?i)((?:pass(?:word)?|secret|token|key|auth|sid)[^=&]*=)[^&]*")
 
 
 def app_secrets(app: Any) -> list[str]:
@@ -36,11 +35,6 @@ def app_secrets(app: Any) -> list[str]:
     return [x for x in out if x and len(x) >= 4]
 
 
-def redact_text(text: str, secrets: list[str]) -> str:
-    """``text`` without the secrets and anything that looks like a credential."""
-    return redact(text, secrets)
-
-
 def redact_value(value: Any, secrets: list[str], depth: int = 0) -> Any:
     """A JSON value with credential-named keys blanked and secrets removed from strings."""
     if depth > 50:
@@ -53,21 +47,5 @@ def redact_value(value: Any, secrets: list[str], depth: int = 0) -> Any:
     if isinstance(value, list):
         return [redact_value(v, secrets, depth + 1) for v in value]
     if isinstance(value, str):
-        return redact_text(value, secrets)
+        return redact(value, secrets)
     return value
-
-
-def mask_url(url: str) -> str:
-    """A URL with its password (and query secrets) masked, for banners and pages."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "(unparsable URL)"
-    netloc = parts.netloc
-    if parts.password is not None:
-        user = parts.username or ""
-        host = netloc.rpartition("@")[2]
-        netloc = f"{user}:***@{host}" if user else f":***@{host}"
-    query = _QUERY_SECRET.sub(r"\1***", parts.query)
-    out = f"{parts.scheme}://{netloc}{parts.path}"
-    return out + (f"?{query}" if query else "")

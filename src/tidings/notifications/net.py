@@ -391,3 +391,14 @@ class PinnedTransport(httpx.AsyncHTTPTransport):
             retries=0,
             network_backend=_PinnedBackend(httpcore.AnyIOBackend()),
         )
+
+
+async def read_capped(response: httpx.Response, cap: int, chunks: list[bytes]) -> None:
+    """Read at most ``cap`` bytes of a reply into ``chunks`` (filled as they arrive, so
+    what came before a timeout is kept); the rest is never read."""
+    remaining = cap
+    async for chunk in response.aiter_raw():
+        chunks.append(chunk[:remaining])
+        remaining -= len(chunks[-1])
+        if remaining <= 0:
+            break

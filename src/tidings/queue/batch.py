@@ -42,7 +42,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from tidings import _clock, _current
-from tidings.errors import BatchClosed
+from tidings.errors import BatchClosed, MaxAttemptsExceeded
 from tidings.queue.batch_admin import (
     BatchInfo,
     cancel_batch,
@@ -344,6 +344,10 @@ class BatchGate:
     """Built-in first layer of a batch job: skip it when the batch was cancelled or when
     its outcome is already recorded (a re-delivery after the recording run died).
 
+    A re-delivered job whose recorded outcome is a failure is failed again, unrun, so
+    it ends in the failed store as the batch counted it (its worker died between the
+    count and the move; acked, it would be done while the batch says failed).
+
     A failed job sent back by ``failed retry`` always runs (see ``lua/batch_retry.lua``):
     it is in the batch's ``retried`` set until its new outcome is recorded."""
 
@@ -360,9 +364,15 @@ class BatchGate:
         pipe.hget(k.info, "cancelled_at")
         pipe.sismember(k.finished, self.job_id)
         pipe.sismember(k.retried, self.job_id)
-        cancelled, done, retried = await pipe.execute()
+        pipe.sismember(k.failed, self.job_id)
+        cancelled, done, retried, failed = await pipe.execute()
         if retried:
             return await nxt()
+        if done and failed:
+            raise MaxAttemptsExceeded(
+                f"its final failure was counted in batch {self.batch_id}, then its worker "
+                "was lost before moving it to the failed store (the original error is gone)"
+            )
         if done or (cancelled is not None and _text(cancelled) != "0"):
             return None
         return await nxt()

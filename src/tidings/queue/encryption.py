@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from tidings import _current
 from tidings.errors import ConfigurationError, PayloadRejected
 
 __all__ = [
@@ -211,8 +212,6 @@ def encrypted_key_id(envelope: bytes) -> str | None:
 
 def seal_data(data: Any, job: Any, job_id: str, job_path: str) -> Any:
     """``data`` sealed when ``job`` wants it (uses the current App's keyring)."""
-    from tidings import _current
-
     app = _current._current  # None before any App exists: nothing app-wide then
     settings = getattr(app, "settings", None)
     app_wide = bool(getattr(settings, "encrypt", False))

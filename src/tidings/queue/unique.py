@@ -148,18 +148,12 @@ def push_guarded(app: Any, pending: PendingDispatch, guard: Guard) -> str | None
         SerializationError: nothing was pushed.
         QueueUnavailable: Redis could not be reached.
     """
-    p = _prepare(app, pending, guard)
-    with unavailable_guard(f"push to {p.queue!r}"):
-        raw = p.script.call(p.rq.client, p.keys, p.args)
-    return _outcome(app, p, pending, raw)
+    return GuardedPush(app, pending, guard).push()
 
 
 async def push_guarded_async(app: Any, pending: PendingDispatch, guard: Guard) -> str | None:
     """Async twin of :func:`push_guarded`."""
-    p = _prepare(app, pending, guard)
-    async with unavailable_aguard(f"push to {p.queue!r}"):
-        raw = await p.script.acall(p.rq.aclient(), p.keys, p.args)
-    return _outcome(app, p, pending, raw)
+    return await GuardedPush(app, pending, guard).push_async()
 
 
 class UniqueStart:
@@ -195,12 +189,19 @@ class GuardedPush:
         self.prepared = _prepare(app, pending, guard)
 
     def push(self) -> str | None:
-        """Push through the guard's script; the id, or None when dropped as a duplicate."""
+        """Push through the guard's script; the id, or None when dropped as a duplicate.
+
+        Raises:
+            QueueUnavailable: Redis could not be reached.
+        """
         p = self.prepared
-        return _outcome(self.app, p, self.pending, p.script.call(p.rq.client, p.keys, p.args))
+        with unavailable_guard(f"push to {p.queue!r}"):
+            raw = p.script.call(p.rq.client, p.keys, p.args)
+        return _outcome(self.app, p, self.pending, raw)
 
     async def push_async(self) -> str | None:
         """Async twin of :meth:`push`."""
         p = self.prepared
-        raw = await p.script.acall(p.rq.aclient(), p.keys, p.args)
+        async with unavailable_aguard(f"push to {p.queue!r}"):
+            raw = await p.script.acall(p.rq.aclient(), p.keys, p.args)
         return _outcome(self.app, p, self.pending, raw)

@@ -23,6 +23,7 @@ from redis.exceptions import ResponseError
 
 from tidings import _clock
 from tidings.queue.broker import Broker, Reserved
+from tidings.queue.events import ReservationLost
 from tidings.queue.health import ServerWatch
 from tidings.queue.job import Job
 from tidings.queue.payload import JobBody
@@ -52,6 +53,8 @@ class WorkerHost(Protocol):
     def run_job_pipeline(self, job: Job, call: Callable[[], Awaitable[Any]]) -> Awaitable[Any]: ...
     async def after_success(self, job: Job, body: JobBody, queue: str) -> None: ...
     async def after_failure(self, job: Job | None, body: JobBody, queue: str) -> None: ...
+    def wrap_thread_call(self, fn: Callable[..., Any]) -> Callable[..., Any]: ...
+    def skips_missing_model(self, job_cls: type[Any], data: Any) -> bool: ...
 
     @property
     def retry_after_s(self) -> float: ...
@@ -199,8 +202,6 @@ class WorkerBase:
 
     def _reservation_lost(self, res: Reserved, what: str) -> None:
         """Log (once per job) that ``res`` was handed out again: ``what`` was refused."""
-        from tidings.queue.events import ReservationLost
-
         if res.id in self._lost:
             return
         self._lost.add(res.id)

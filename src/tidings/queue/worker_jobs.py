@@ -109,6 +109,7 @@ class JobRunner(WorkerBase):
         except PayloadRejected as exc:
             await self._fail(res, None, None, exc, t0, name="(rejected)")
             return
+        max_tries = body["maxTries"] if body["maxTries"] is not None else self.opts.tries
         try:
             cls = self.host.resolve_class(body["job"])
             if not (isinstance(cls, type) and issubclass(cls, Job)):
@@ -122,7 +123,7 @@ class JobRunner(WorkerBase):
             if not isinstance(job, cls):
                 raise PayloadRejected("malformed payload: data does not hold the named job")
         except ModelNotFound as exc:
-            if getattr(self.host, "skips_missing_model", lambda *_: False)(cls, body["data"]):
+            if self.host.skips_missing_model(cls, body["data"]):
                 log.info("%s skipped: %s", res.id, exc)
                 if body.get("batch"):  # counted as done, or its batch would never finish
                     from tidings.queue import batch as batches
@@ -137,10 +138,8 @@ class JobRunner(WorkerBase):
             await self._fail(res, body, None, exc, t0)
             return
         except JobTimeout as exc:  # a model load overran: retry or fail as a timeout
-            tries = body["maxTries"] if body["maxTries"] is not None else self.opts.tries
-            await self._on_exception(res, body, None, exc, tries, t0)
+            await self._on_exception(res, body, None, exc, max_tries, t0)
             return
-        max_tries = body["maxTries"] if body["maxTries"] is not None else self.opts.tries
         if res.stalls:
             max_stalls = body.get("maxStalls")
             if not isinstance(max_stalls, int) or isinstance(max_stalls, bool):
@@ -256,25 +255,22 @@ class JobRunner(WorkerBase):
         the worker stops with ``EXIT_STUCK``, as for a stuck sync job."""
         timeout = body["timeout"] if body["timeout"] is not None else self.opts.timeout_s
         limit = timeout if timeout and timeout > 0 else None
-        load = self._in_thread(serializer.decode, body["data"], self.host.resolve_class)
-        task = asyncio.ensure_future(load)
-        done, _ = await asyncio.wait({task}, timeout=limit)
-        if not done:
+        load = functools.partial(serializer.decode, body["data"], self.host.resolve_class)
+        try:
+            return await self._runner.submit(
+                self._wrapped(load), contextvars.copy_context(), limit
+            )
+        except Overran:
             log.error("loading the models of %s overran %ss; the worker will exit", res.id, limit)
             self.stop("a model load could not be cancelled after its timeout", EXIT_STUCK)
-            raise JobTimeout(f"loading the job's models took longer than its timeout of {limit}s")
-        return task.result()
+            raise JobTimeout(
+                f"loading the job's models took longer than its timeout of {limit}s"
+            ) from None
 
     def _wrapped(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` inside the host's per-thread wrapper (the Django integration closes
         stale database connections around it)."""
-        wrap = getattr(self.host, "wrap_thread_call", None)
-        return fn if wrap is None else wrap(fn)
-
-    async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` on the sync runner's threads (as a sync handler runs)."""
-        ctx = contextvars.copy_context()
-        return await self._runner.submit(functools.partial(self._wrapped(fn), *args), ctx)
+        return self.host.wrap_thread_call(fn)
 
     async def _on_exception(
         self,

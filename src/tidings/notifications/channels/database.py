@@ -22,9 +22,9 @@ arrive while a write is in flight are written together, in one transaction, by t
 next one (group commit): a job's ``send`` returns only once its row is committed, so an
 ack never runs ahead of the write, and under load one commit serves many jobs.
 
-Every insert is ``INSERT … ON CONFLICT (id) DO NOTHING`` (``INSERT IGNORE`` on MySQL; a
-checked insert elsewhere), so a job that runs twice — its ack lost, its lease expired
-— stores one row.
+Every insert is ``INSERT … ON CONFLICT (id) DO NOTHING`` (``INSERT … ON DUPLICATE KEY
+UPDATE id = id`` on MySQL/MariaDB; a checked insert elsewhere), so a job that runs twice
+— its ack lost, its lease expired — stores one row.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ from tidings.errors import (
     TransientChannelError,
     ValidationError,
 )
-from tidings.notifications.channels.base import DeliveryResult, redact, shorten
+from tidings.notifications.channels.base import DeliveryResult
+from tidings.redaction import clean
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -87,6 +88,12 @@ def notifications_table(
         schema: a database schema (PostgreSQL), else the default one.
     """
     sa_ = _sqlalchemy()
+    from sqlalchemy.dialects import mysql
+
+    # MySQL/MariaDB: DATETIME keeps whole seconds unless given a precision (rows stored
+    # in the same second would come back in any order), and has no zone (every time is
+    # stored as UTC; see _utc_rows).
+    stamp = sa_.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
     table: sa.Table = sa_.Table(
         name,
         metadata,
@@ -95,11 +102,19 @@ def notifications_table(
         sa_.Column("notifiable_type", sa_.String(255), nullable=False),
         sa_.Column("notifiable_id", sa_.String(255), nullable=False),
         sa_.Column("data", sa_.JSON, nullable=False),
-        sa_.Column("read_at", sa_.DateTime(timezone=True), nullable=True),
-        sa_.Column("created_at", sa_.DateTime(timezone=True), nullable=False),
+        sa_.Column("read_at", stamp, nullable=True),
+        sa_.Column("created_at", stamp, nullable=False),
         sa_.Index(f"{name}_notifiable_index", "notifiable_type", "notifiable_id"),
         sa_.Index(f"{name}_created_at_index", "created_at"),
         schema=schema,
+        # MySQL/MariaDB only (other dialects ignore mysql_*): utf8mb4 whatever the
+        # server's or the database's default (latin1 on many; "utf8" is 3 bytes and
+        # refuses emoji), and a binary collation, so ids and types compare exactly as on
+        # SQLite and PostgreSQL ("Ann" is not "ann"). InnoDB's 3072-byte key limit holds
+        # the (notifiable_type, notifiable_id) index: 2 x 255 x 4 bytes.
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+        mysql_engine="InnoDB",
     )
     return table
 
@@ -238,6 +253,34 @@ def _sqlite_wal(dbapi_conn: Any, _record: Any) -> None:
         cursor.close()
 
 
+def _mysql_session(dbapi_conn: Any, _record: Any) -> None:
+    # Strict mode for this connection, whatever the server's: without it MySQL stores an
+    # over-long value cut short (a notifiable id cut at 255 characters names another
+    # notifiable) with only a warning, where SQLite and PostgreSQL fail the row.
+    cursor = dbapi_conn.cursor()
+    try:
+        cursor.execute(
+            "SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), "
+            "'STRICT_TRANS_TABLES')"
+        )
+    finally:
+        cursor.close()
+
+
+def _utc_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    # Every stored time is UTC: SQLite and MySQL keep no zone (the driver drops it), so an
+    # aware time in another zone would be stored as its wall clock and sort wrongly.
+    out = []
+    for row in rows:
+        fixed = dict(row)
+        for key in ("created_at", "read_at"):
+            value = fixed.get(key)
+            if isinstance(value, datetime) and value.tzinfo is not None:
+                fixed[key] = value.astimezone(UTC)
+        out.append(fixed)
+    return out
+
+
 def _seconds(age: float | timedelta) -> float:
     return age.total_seconds() if isinstance(age, timedelta) else float(age)
 
@@ -310,21 +353,32 @@ class NotificationStore:
             # A server that does not answer fails the attempt (and retries the job)
             # instead of hanging a write thread until the job's timeout.
             options["connect_args"] = {"connect_timeout": 10}
+        elif self._mysql and self._url.get_driver_name() in ("pymysql", "mysqldb"):
+            connect_args: dict[str, Any] = {"connect_timeout": 10}
+            if "charset" not in self._url.query:
+                connect_args["charset"] = "utf8mb4"  # 4-byte UTF-8 on the wire too
+            options["connect_args"] = connect_args
         options["pool_timeout"] = 30
         options.update(self._engine_options)
         engine = sa_.create_engine(self._url, **options)
         if self._url.get_backend_name() == "sqlite":
             sa_.event.listen(engine, "connect", _sqlite_wal)
+        elif self._mysql:
+            sa_.event.listen(engine, "connect", _mysql_session)
         return engine
+
+    @property
+    def _mysql(self) -> bool:
+        return self._url.get_backend_name() in ("mysql", "mariadb")
 
     def error(self, exc: BaseException) -> Exception:
         """A driver error as a channel error: connection trouble retries, bad data fails.
         The text is redacted (no password) and shortened."""
         sa_ = _sqlalchemy()
-        text = redact(
-            shorten(f"{type(exc).__name__}: {getattr(exc, 'orig', None) or exc}", 300),
-            self._secrets,
-        )
+        # Redact, then cut (tidings.redaction.clean): a password across the cut must
+        # not survive in part.
+        text = clean(f"{type(exc).__name__}: {getattr(exc, 'orig', None) or exc}", 300,
+                     self._secrets)  # fmt: skip
         permanent = (sa_.exc.DataError, sa_.exc.IntegrityError)
         if isinstance(exc, permanent):
             return PermanentChannelError(f"database: {text}", channel="database")
@@ -361,15 +415,22 @@ class NotificationStore:
         self._ensure()
         sa_ = _sqlalchemy()
         dialect = self.engine.dialect.name
+        rows = _utc_rows(rows)
         with self.engine.begin() as conn:
             if dialect in ("sqlite", "postgresql"):
                 from sqlalchemy.dialects import postgresql, sqlite
 
                 module: Any = sqlite if dialect == "sqlite" else postgresql
                 stmt = module.insert(self.table).on_conflict_do_nothing(index_elements=["id"])
-                conn.execute(stmt, list(rows))
+                conn.execute(stmt, rows)
             elif dialect in ("mysql", "mariadb"):
-                conn.execute(self.table.insert().prefix_with("IGNORE"), list(rows))
+                from sqlalchemy.dialects import mysql
+
+                # Not INSERT IGNORE: it also turns "data too long" and other refusals
+                # into warnings and stores the row altered. A duplicate id sets id to
+                # itself: nothing changes, and every other error still fails the row.
+                stmt = mysql.insert(self.table).on_duplicate_key_update(id=self.table.c.id)
+                conn.execute(stmt, rows)
             else:
                 ids = [r["id"] for r in rows]
                 seen = set(

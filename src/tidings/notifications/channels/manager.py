@@ -18,6 +18,7 @@ from typing import Any
 import jinja2
 
 from tidings.errors import ConfigurationError, ValidationError
+from tidings.notifications.messages import WebhookEndpoint
 from tidings.notifications.net import check_url
 from tidings.notifications.validation import validate_e164, validate_email
 
@@ -101,8 +102,6 @@ class WebhookChannel:
         )
 
     async def send(self, notifiable: Any, notification: Any, delivery_id: str) -> Any:
-        from tidings.notifications.messages import WebhookEndpoint
-
         message = _message(notification, "webhook", notifiable)
         url = getattr(message, "url", None) or _route(notifiable, "webhook", notification)
         # Per-endpoint secrets (issue 12): the message's, else the route's, else the app's.

@@ -46,13 +46,16 @@ from tidings.notifications.channels.base import (
     redact,
     shorten,
 )
+from tidings.notifications.channels.manager import _message
 from tidings.notifications.net import (
     PinnedTransport,
     SystemResolver,
     check_url,
     pinned,
+    read_capped,
     resolve_target,
 )
+from tidings.redaction import clean
 
 __all__ = ["SlackChannel", "SlackMessage", "SlackTransport", "slack_transport_from_url"]
 
@@ -377,7 +380,7 @@ class SlackTransport:
             status, headers, content = await self._exchange_direct(request, target.host, url)
         text = content[:512].decode("utf-8", "replace")
         self._check_status(status, headers, None, text, url)
-        reply = shorten(redact(text, [*self._secrets, url])) or "ok"
+        reply = clean(text, 300, [*self._secrets, url]) or "ok"
         return DeliveryResult("slack", delivery_id, reply, None, status)
 
     async def _exchange_direct(
@@ -386,13 +389,8 @@ class SlackTransport:
         async def go() -> tuple[int, httpx.Headers, bytes]:
             response = await self._hook_transport.handle_async_request(request)
             chunks: list[bytes] = []
-            remaining = 65536  # at most this much of a reply is read
             try:
-                async for chunk in response.aiter_raw():
-                    chunks.append(chunk[:remaining])
-                    remaining -= len(chunks[-1])
-                    if remaining <= 0:
-                        break
+                await read_capped(response, 65536, chunks)  # at most this much of a reply
             finally:
                 await response.aclose()
             return response.status_code, response.headers, b"".join(chunks)
@@ -518,12 +516,7 @@ class SlackChannel:
         )
 
     async def send(self, notifiable: Any, notification: Any, delivery_id: str) -> DeliveryResult:
-        method = getattr(notification, "to_slack", None)
-        if method is None:
-            raise ConfigurationError(
-                f"{type(notification).__qualname__} has no to_slack(notifiable)"
-            )
-        message = as_message(method(notifiable))
+        message = as_message(_message(notification, "slack", notifiable))
         route = notifiable.route_notification_for("slack", notification)
         result: DeliveryResult = await self.transport.send(
             message, str(route) if route else None, delivery_id

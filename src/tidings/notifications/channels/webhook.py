@@ -55,6 +55,7 @@ from tidings.notifications.net import (
     SystemResolver,
     check_url,
     pinned,
+    read_capped,
     resolve_target,
 )
 from tidings.notifications.validation import validate_delivery_id, validate_header
@@ -203,7 +204,7 @@ class WebhookTransport:
                     response = await self._transport.handle_async_request(request)
                 try:
                     status, headers = response.status_code, response.headers
-                    await self._read_capped(response, chunks)
+                    await read_capped(response, self._cap, chunks)
                 finally:
                     await response.aclose()
         except TimeoutError:
@@ -230,7 +231,6 @@ class WebhookTransport:
             if len(self._endpoint_keys) >= 1024:
                 self._endpoint_keys.clear()
             self._endpoint_keys[secret] = key
-            self._secrets.append(secret)
         return key
 
     def _headers(self, delivery_id: str, body: bytes, key: bytes | None) -> dict[str, str]:
@@ -248,14 +248,6 @@ class WebhookTransport:
             self._warned = True
             _log.warning("webhook secret not set: webhooks are sent unsigned")
         return headers
-
-    async def _read_capped(self, response: httpx.Response, chunks: list[bytes]) -> None:
-        remaining = self._cap
-        async for chunk in response.aiter_raw():
-            chunks.append(chunk[:remaining])
-            remaining -= len(chunks[-1])
-            if remaining <= 0:
-                break
 
     def _error(
         self,
@@ -286,7 +278,7 @@ class WebhookTransport:
         self, status: int, headers: httpx.Headers, body: bytes, delivery_id: str
     ) -> DeliveryResult:
         # Redact the whole body first, then cut: a secret across the cut must not survive.
-        excerpt = shorten(redact(body.decode("utf-8", "replace"), self._secrets))
+        excerpt = redaction.clean(body.decode("utf-8", "replace"), 300, self._secrets)
         if 200 <= status < 300:
             return DeliveryResult("webhook", delivery_id, excerpt or f"HTTP {status}", None, status)
         text = f"HTTP {status}" + (f": {excerpt}" if excerpt else "")

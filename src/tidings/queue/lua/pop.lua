@@ -19,7 +19,7 @@
 -- Run twice (a re-sent pop whose reply was lost, or the next pop after a failed one, with
 -- the same sequence number): the receipt names the jobs the first run reserved, and they
 -- are handed out again, still reserved under the same tokens, rather than left to stall.
--- Bodies are never decoded and re-encoded here: cjson would rewrite them.
+-- Bodies are never decoded here (cjson would rewrite them, and costs Redis time per job).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local chunk = tonumber(ARGV[4])
@@ -47,6 +47,14 @@ local function counter(v)
   if not v then return 0 end
   if #v > 15 or not string.match(v, '^%-?%d+$') then return nil end
   return tonumber(v)
+end
+local function envelope_shaped(body)
+  -- The frame every envelope has ({"sig":"<64 hex>","body":{...}}). Only bodies off
+  -- the frame are decoded here: the worker parses every body and checks the signature
+  -- over it anyway (a malformed one fails there, kept whole), and a cjson.decode of
+  -- every body here cost ~3.5 us of Redis time per job.
+  return string.sub(body, 1, 8) == '{"sig":"' and string.sub(body, 73, 82) == '","body":{'
+    and string.byte(body, -1) == 125
 end
 local function raw_id()
   -- The sequence is data too: a hand-written one would make HINCRBY raise.
@@ -129,12 +137,13 @@ while n < max do
   if not id then break end
   local body = redis.call('HGET', KEYS[5], id)
   local counts, sound = nil, true
-  if body and valid_id(id) then
+  local usable = valid_id(id)
+  if body and usable then
     local c = redis.call('HMGET', KEYS[6], id, id .. ':e', id .. ':s')
     counts = {counter(c[1]), counter(c[2]), counter(c[3])}
     sound = counts[1] ~= nil and counts[2] ~= nil and counts[3] ~= nil
   end
-  if not valid_id(id) then
+  if not usable then
     -- Not a usable job id: keep what it pointed to (or the id itself) for inspection.
     if body then
       redis.call('HDEL', KEYS[5], id)
@@ -162,7 +171,9 @@ while n < max do
       '`notify-worker failed retry` runs it again with fresh counters', body)
   elseif #body > max_bytes then
     fail(id, 'payload too large: ' .. #body .. ' bytes', body)
-  elseif not pcall(cjson.decode, body) then
+  elseif not envelope_shaped(body) and not pcall(cjson.decode, body) then
+    -- Decoded only off the frame (RELIABILITY B1); JSON that is not an envelope goes
+    -- to the worker, which refuses it on first sight as a bad signature (B5).
     fail(id, 'malformed payload: not JSON', body)
   else
     redis.call('ZADD', KEYS[3], now + lease, id)
