@@ -163,7 +163,13 @@ def test_sigkill_mid_job_runs_again_after_the_lease(e: Env) -> None:
     a, b = e.worker(name="a"), e.worker(name="b")
     job_id = Sleeper("k", 30, first_only=True).dispatch()
     assert job_id
-    wait_for(lambda: e.count("started", "k") == 1, 15, message="first start")
+    # started and pid are written by one pipeline, but on a cluster they live on
+    # different nodes: wait for both.
+    wait_for(
+        lambda: e.count("started", "k") == 1 and e.count("pid", "k") in (a.pid, b.pid),
+        15,
+        message="first start",
+    )
     victim_pid = e.count("pid", "k")
     victim, survivor = (a, b) if victim_pid == a.pid else (b, a)
     assert victim.pid == victim_pid
