@@ -9,7 +9,12 @@ separate Redis that no fault touches (tests/faults/fault_app.py).
 
 The ledger holds every job whose ``dispatch()`` returned. Afterwards:
 
-* lost: ledger ids neither executed nor in the failed store (must be 0);
+* lost: ledger ids neither executed nor in the failed store. Must be 0, except after
+  ``SENTINEL FAILOVER``: Sentinel demotes the old master only seconds after promoting its
+  replica (11 s measured), and until then the old master takes writes on the
+  connections clients already hold, then drops them when it resynchronises. There, a
+  lost id must have been dispatched inside that split (after the replica left the old
+  master, before the old master turned replica): anything else is a loss of ours;
 * run twice: executions beyond the first (bounded by the jobs in flight);
 * ran, then failed: a run whose ack was lost in the switch, delivered again and failed
   as MaxAttemptsExceeded (tries 1). Recorded, not asserted: counting such stalls apart
@@ -33,6 +38,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from tests.faults.conftest import Rig, Sampler, figure
 from tests.faults.fault_app import Once
@@ -54,6 +60,7 @@ class Producer:
         self.rig = rig
         self.pause_s = 1.0 / rate_per_s
         self.ledger: dict[str, str] = {}  # job id -> record name
+        self.times: dict[str, tuple[float, float]] = {}  # name -> dispatch began, returned
         self.unavailable = 0
         self.other_errors: list[str] = []
         self.error_times: list[float] = []
@@ -64,6 +71,7 @@ class Producer:
         i = 0
         while not self._stop.is_set():
             name = f"f{i}"
+            began = time.monotonic()
             try:
                 job_id = Once(name).on_queue(QUEUES[i % 2]).dispatch()
             except QueueUnavailable:
@@ -77,6 +85,7 @@ class Producer:
                 continue
             assert job_id is not None
             self.ledger[job_id] = name
+            self.times[name] = (began, time.monotonic())
             i += 1
             self._stop.wait(self.pause_s)
 
@@ -97,6 +106,39 @@ def _sizes(rig: Rig) -> dict[str, int]:
     return total
 
 
+class SplitWatch:
+    """Polls the old master during a Sentinel failover: the last moment a replica still
+    replicated from it, and the first moment it reported itself a replica. Writes it
+    took between the two are the ones asynchronous replication may drop."""
+
+    def __init__(self, server: redis.Redis) -> None:
+        self._r = server
+        self.last_replicated: float | None = None
+        self.demoted: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and self.demoted is None:
+            t = time.monotonic()
+            with contextlib.suppress(redis.RedisError):
+                info = self._r.info("replication")
+                if info.get("role") != "master":
+                    self.demoted = t
+                elif int(info.get("connected_slaves", 0)) >= 1:
+                    self.last_replicated = t
+            self._stop.wait(0.01)
+
+    def __enter__(self) -> SplitWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._r.close()
+
+
 def _longest_pause(samples: list[tuple[float, int]], t0: float, t1: float) -> float:
     last_t, last_n, longest = t0, None, 0.0
     for t, n in samples:
@@ -109,10 +151,14 @@ def _longest_pause(samples: list[tuple[float, int]], t0: float, t1: float) -> fl
 
 
 def _drill(
-    rig: Rig, fault: Callable[[], float], row: str, worker_queues: tuple[str, ...] = QUEUES
+    rig: Rig,
+    fault: Callable[[], float],
+    row: str,
+    worker_queues: tuple[str, ...] = QUEUES,
+    split: SplitWatch | None = None,
 ) -> None:
     """Workers on ``worker_queues``; others (there must be some on every queue) on the
-    rest, one per queue."""
+    rest, one per queue. ``split``: the old master of a Sentinel failover, watched."""
     workers = [
         rig.worker("--queue", ",".join(worker_queues), "--concurrency", str(CONCURRENCY),
                    name=f"w{i}")
@@ -134,6 +180,8 @@ def _drill(
             wait_for(lambda: rig.executed() >= at_promotion + 100, 30, 0.05, message="progress")
             time.sleep(1.0)
         t_end = time.monotonic()
+        if split is not None:
+            wait_for(lambda: split.demoted is not None, 30, 0.05, message="old master demoted")
         app_rq = rig.app.queue_for(None)
 
         def settled() -> bool:
@@ -160,18 +208,32 @@ def _drill(
             last = (f.exception.strip().splitlines() or ["?"])[-1][:80]
             reasons[last] = reasons.get(last, 0) + 1
     stranded = sum(_sizes(rig).values())
+    split_lost: list[str] = []  # lost in a Sentinel split, inside its window
+    split_note = ""
+    if split is not None:
+        assert split.last_replicated is not None and split.demoted is not None
+        # Replication on loopback lags well under the 10 ms poll: 50 ms of slack.
+        lo, hi = split.last_replicated - 0.05, split.demoted + 0.05
+        # A push can be lost in the split only if it reached the old master inside it:
+        # its dispatch returned after the replica left and began before the demotion.
+        split_lost = [n for n in lost if producer.times[n][1] >= lo and producer.times[n][0] <= hi]
+        lost = [n for n in lost if n not in split_lost]
+        split_note = (
+            f", lost in the split {len(split_lost)} (the old master took writes for "
+            f"{split.demoted - split.last_replicated:.2f}s after its replica left)"
+        )
     pause = _longest_pause(sampler.samples, t_fault, t_end)
     figure(
         f"{row}: promotion {promotion_s:.2f}s; {len(producer.ledger)} dispatched, "
         f"{producer.unavailable} QueueUnavailable, {len(producer.other_errors)} other errors; "
-        f"lost {len(lost)}, run twice {twice}, ran then failed (MaxAttemptsExceeded) "
+        f"lost {len(lost)}{split_note}, run twice {twice}, ran then failed (MaxAttemptsExceeded) "
         f"{len(ran_then_failed)} {reasons or ''}, failed unrun {len(failed_other)}, "
         f"stranded {stranded}; "
         f"longest worker pause {pause:.2f}s"
     )
     alive = [w.alive() for w in workers]
     assert producer.other_errors == []
-    assert lost == [], lost[:10]
+    assert lost == [], [(n, producer.times[n]) for n in lost[:10]]
     assert failed_other == []
     assert stranded == 0
     # A run whose ack reached the old primary after the promotion (asynchronous
@@ -228,5 +290,8 @@ def test_sentinel_kill_9_of_the_master_mid_drain(
 def test_sentinel_failover_mid_drain(
     sentinel: SentinelGroup, make_rig: Callable[..., Rig]
 ) -> None:
+    """Lost ids are allowed only inside the split (see the module docstring)."""
     rig = make_rig(sentinel.url)
-    _drill(rig, lambda: sentinel.failover()[1], "sentinel SENTINEL FAILOVER")
+    old = sentinel.server_on(sentinel.current_master_port())
+    with SplitWatch(old.client(socket_timeout=1.0)) as split:
+        _drill(rig, lambda: sentinel.failover()[1], "sentinel SENTINEL FAILOVER", split=split)

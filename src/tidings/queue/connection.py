@@ -3,8 +3,8 @@
 ``redis://``, ``rediss://`` and ``unix://`` URLs go to ``redis.Redis``;
 ``redis+cluster://host:port`` to ``RedisCluster``;
 ``redis+sentinel://[user:pass@]host:26379[,host2:26379...]/SERVICE[/DB]`` to the primary
-that Redis Sentinel names for ``SERVICE`` (asked again on every new connection, so
-clients follow a failover; ``?sentinel_password=`` authenticates to the sentinels).
+that Redis Sentinel names for ``SERVICE`` (``?sentinel_password=`` authenticates to the
+sentinels). Sentinel clients follow a failover (see :class:`FollowingPool`).
 Blocking clients get a socket
 timeout above their block time: redis-py 8 defaults it to 5 s, and a blocking pop near
 that limit ends in ``TimeoutError`` after retries, leaving an idle worker deaf.
@@ -12,6 +12,7 @@ that limit ends in ``TimeoutError`` after retries, leaving an idle worker deaf.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -30,6 +31,10 @@ from tidings.errors import ConfigurationError
 
 CONNECT_TIMEOUT_S = 2.0
 SOCKET_TIMEOUT_S = 10.0
+FOLLOW_EVERY_S = 1.0
+"""How often a Sentinel client asks the sentinels which server is the primary."""
+FOLLOW_BACKOFF_S = 5.0
+"""... and how long it waits after the sentinels could not say."""
 
 
 def _options(socket_timeout_s: float | None, *, is_async: bool = False) -> dict[str, Any]:
@@ -57,6 +62,98 @@ class _AsyncCluster(AsyncRedisCluster):
         if self._initialize:
             await self.initialize()
         return await super().execute_command(*args, **kwargs)
+
+
+class _Follow:
+    """When a Sentinel pool asks the sentinels for the primary again.
+
+    redis-py asks only when it opens a connection, and after ``SENTINEL FAILOVER`` the
+    old primary is demoted seconds after its replica is promoted (10-11 s measured with
+    Redis 7): until then it answers the connections clients already hold and takes
+    writes that it drops when it resynchronises. So a tidings Sentinel pool asks at
+    most every :data:`FOLLOW_EVERY_S` when a connection is checked out; a new answer
+    makes redis-py drop its idle connections, and a connection checked out still
+    pointing at the old primary is closed before use (it reconnects to the new one).
+    That narrows the exposure to the seconds the sentinels take to name the new primary
+    (docs/guarantees.md, Topologies).
+    """
+
+    __slots__ = ("due",)
+
+    def __init__(self) -> None:
+        self.due = 0.0
+
+    def now(self) -> bool:
+        """Whether it is time to ask (and, if so, not again for a while)."""
+        t = time.monotonic()
+        if t < self.due:
+            return False
+        self.due = t + FOLLOW_EVERY_S
+        return True
+
+    def failed(self) -> None:
+        self.due = time.monotonic() + FOLLOW_BACKOFF_S
+
+
+def _points_elsewhere(pool: Any, conn: Any, connected: bool) -> bool:
+    address = pool.master_address
+    return bool(connected and address is not None and (conn.host, conn.port) != tuple(address))
+
+
+class FollowingPool(redis.sentinel.SentinelConnectionPool):
+    """redis-py's Sentinel pool, following a failover promptly (see :class:`_Follow`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        self._follow = _Follow()
+
+    def follow(self) -> None:
+        """Ask the sentinels for the primary, if it is time."""
+        if self._follow.now():
+            try:
+                # A new answer makes redis-py disconnect the idle connections.
+                self.get_master_address()  # type: ignore[no-untyped-call]
+            except (redis.RedisError, OSError):
+                self._follow.failed()  # a real outage shows on the next command
+
+    def stale(self, conn: Any) -> bool:
+        """Whether ``conn`` is connected to a server that is no longer the primary."""
+        return _points_elsewhere(self, conn, getattr(conn, "_sock", None) is not None)
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        self.follow()
+        conn = super().get_connection(*args, **kwargs)
+        if self.stale(conn):
+            # The next command reconnects, to the primary.
+            conn.disconnect()  # type: ignore[no-untyped-call]
+        return conn
+
+
+class AsyncFollowingPool(redis.asyncio.sentinel.SentinelConnectionPool):
+    """The asyncio twin of :class:`FollowingPool`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        self._follow = _Follow()
+
+    async def follow(self) -> None:
+        """Ask the sentinels for the primary, if it is time."""
+        if self._follow.now():
+            try:
+                await self.get_master_address()  # type: ignore[no-untyped-call]
+            except (redis.RedisError, OSError):
+                self._follow.failed()
+
+    def stale(self, conn: Any) -> bool:
+        """Whether ``conn`` is connected to a server that is no longer the primary."""
+        return _points_elsewhere(self, conn, bool(getattr(conn, "is_connected", False)))
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        await self.follow()
+        conn = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        if self.stale(conn):
+            await conn.disconnect()
+        return conn
 
 
 def is_cluster_url(url: str) -> bool:
@@ -133,7 +230,13 @@ def sync_client(url: str, *, socket_timeout_s: float | None = SOCKET_TIMEOUT_S) 
         sentinels: Any = redis.sentinel.Sentinel  # untyped in redis-py
         primary: redis.Redis = sentinels(
             sentinel.sentinels, sentinel_kwargs=_sentinel_kwargs(sentinel, opts)
-        ).master_for(sentinel.service, db=sentinel.db, **opts, **sentinel.primary)
+        ).master_for(
+            sentinel.service,
+            connection_pool_class=FollowingPool,
+            db=sentinel.db,
+            **opts,
+            **sentinel.primary,
+        )
         return primary
     cluster = _cluster_url(url)
     if cluster is not None:
@@ -151,7 +254,13 @@ def async_client(
         sentinels: Any = redis.asyncio.sentinel.Sentinel  # untyped in redis-py
         primary: redis.asyncio.Redis = sentinels(
             sentinel.sentinels, sentinel_kwargs=_sentinel_kwargs(sentinel, opts)
-        ).master_for(sentinel.service, db=sentinel.db, **opts, **sentinel.primary)
+        ).master_for(
+            sentinel.service,
+            connection_pool_class=AsyncFollowingPool,
+            db=sentinel.db,
+            **opts,
+            **sentinel.primary,
+        )
         return primary
     cluster = _cluster_url(url)
     if cluster is not None:

@@ -24,6 +24,11 @@ the worker is busy is kept and ends the next wait at once), so no wake-up is los
 wait is cut and re-sent. This costs one connection per queue per worker and no polling;
 a pop no longer rides behind the wait (the fetch loop pops after a wake-up), which is
 what a multi-queue worker did on plain Redis anyway.
+
+**Sentinel.** A wait's connection is made by the Sentinel pool, which names the primary
+when it connects; before each wait the pool is asked again (at most once a second) and a
+connection still on an old primary is replaced, so a worker does not keep waiting (and
+popping) on a primary that Sentinel has replaced but not yet demoted.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import NoScriptError
 
+from tidings.queue.connection import AsyncFollowingPool
 from tidings.queue.keys import QueueKeys
 from tidings.queue.scripts import Arg, LuaScript
 
@@ -77,6 +83,11 @@ class Waiter:
         return node.connection_class(**node.connection_kwargs)
 
     async def _connection(self) -> Any:
+        if self._conn is not None and isinstance(self._pool, AsyncFollowingPool):
+            # Sentinel: a wait must not stay on an old primary after a failover.
+            await self._pool.follow()
+            if self._pool.stale(self._conn):
+                await self.close()
         if self._conn is None:
             conn = await self._make_connection()
             try:
