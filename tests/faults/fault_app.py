@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,7 +189,11 @@ class Once(Job):
     id: str
 
     async def handle(self) -> None:
-        await account().hincrby(key("exec"), self.id, 1)
+        pipe = account().pipeline(transaction=False)
+        pipe.hincrby(key("exec"), self.id, 1)
+        # When it ran (this machine's wall clock; the drills compare it with theirs).
+        pipe.rpush(key("runs"), f"{self.id} {time.time():.3f}")
+        await pipe.execute()
 
 
 async def _batch_event(event: str, name: str) -> None:
