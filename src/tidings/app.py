@@ -83,7 +83,8 @@ class App:
     Args:
         redis_url, key, mail_url, mail_from, sms_url, webhook_secret, allowed_modules,
         retry_after, prefix, webhook_allow_private, templates, max_payload_bytes,
-        schedule_timezone, database_url, slack_url, encrypt, encryption_key:
+        schedule_timezone, database_url, slack_url, encrypt, encryption_key, wait_replicas,
+        wait_replicas_timeout:
             as the ``TIDINGS_*`` variables of the same name (keywords win).
         connections: extra named Redis URLs for ``on_connection(name)``.
         env: read settings from the environment as well (``from_env`` sets it).
@@ -188,7 +189,12 @@ class App:
                     from tidings.errors import ConfigurationError
 
                     raise ConfigurationError(f"unknown connection {connection!r}") from None
-            rq = self._queues[connection] = RedisQueue(url, self.settings.prefix)
+            rq = self._queues[connection] = RedisQueue(
+                url,
+                self.settings.prefix,
+                wait_replicas=self.settings.wait_replicas,
+                wait_timeout_ms=max(1, round(self.settings.wait_replicas_timeout * 1000)),
+            )
         return rq
 
     def is_allowed(self, module: str) -> bool:

@@ -45,6 +45,11 @@ class Settings:
     slack_url: str | None = None
     encrypt: bool = False
     encryption_key: str | None = None
+    wait_replicas: int = 0
+    """Replicas that must confirm every push (Redis ``WAIT``) before ``dispatch()``
+    returns; 0: none (asynchronous replication, the Redis default)."""
+    wait_replicas_timeout: float = 0.1
+    """Seconds a push waits for those confirmations before raising QueueUnavailable."""
 
     @classmethod
     def resolve(
@@ -95,6 +100,21 @@ class Settings:
             value = get(name)
             if value is not None:
                 settings.retry_after = _number(name, value)
+        value = get("wait_replicas")
+        if value is not None:
+            n = _number("wait_replicas", value)
+            if n < 0 or n != int(n):
+                raise ConfigurationError(
+                    f"TIDINGS_WAIT_REPLICAS must be a whole number >= 0, not {value!r}"
+                )
+            settings.wait_replicas = int(n)
+        value = get("wait_replicas_timeout")
+        if value is not None:
+            settings.wait_replicas_timeout = _number("wait_replicas_timeout", value)
+            if settings.wait_replicas_timeout <= 0:
+                raise ConfigurationError(
+                    f"TIDINGS_WAIT_REPLICAS_TIMEOUT must be positive seconds, not {value!r}"
+                )
         value = get("max_payload_bytes")
         if value is not None:
             settings.max_payload_bytes = int(_number("max_payload_bytes", value))

@@ -116,3 +116,13 @@ class Ordered(Job):
 
     async def handle(self) -> None:
         await App.current().queue_for(None).aclient().rpush(key("order"), self.id)
+
+
+@dataclass
+class UniqueOrdered(Ordered):
+    """:class:`Ordered`, unique for a minute (its push goes through the unique script)."""
+
+    unique_for = 60.0
+
+    def unique_id(self) -> str:
+        return self.id

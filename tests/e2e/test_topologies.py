@@ -9,14 +9,19 @@ first idle wait. These tests run once per topology (marker ``topologies``).
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+import redis
 
-from tests.e2e.jobs_app import Ordered
-from tests.e2e.test_notify_worker import Env, Spawn, exited, figure
+from tests.e2e.jobs_app import Ordered, UniqueOrdered
+from tests.e2e.test_notify_worker import KEY, MODULE, Env, Spawn, exited, figure
 from tests.support import wait_for
+from tidings import App
+from tidings.errors import QueueUnavailable
 
 pytestmark = pytest.mark.topologies
 
@@ -82,3 +87,64 @@ def test_wait_replicas_after_a_dispatch(e: Env, redis_topology: str) -> None:
     got = e.app.queue_for(None).wait_replicas("high", 1, 200)
     # plain Redis has no replica: 0 after the timeout; the groups have one per primary.
     assert got == (0 if redis_topology == "plain" else 1)
+
+
+def test_wait_replicas_setting_confirms_every_push(e: Env, redis_topology: str) -> None:
+    """``TIDINGS_WAIT_REPLICAS=1``: every push (sync and async, immediate and delayed,
+    unique, many at once) is followed by ``WAIT 1`` on the connection that pushed, and a
+    push no replica confirmed raises QueueUnavailable naming the setting (plain Redis has
+    no replica). Confirmed pushes are on the replica when ``dispatch()`` returns."""
+    app = App(
+        env=False,
+        redis_url=e.url,
+        key=KEY,
+        prefix=e.prefix,
+        allowed_modules=MODULE,
+        wait_replicas=1,
+        wait_replicas_timeout=0.2,
+    )
+    pushes: list[Callable[[], object]] = [
+        lambda: Ordered("a").on_queue("high").dispatch(),
+        lambda: Ordered("b").on_queue("high").delay(30).dispatch(),
+        lambda: UniqueOrdered("u").on_queue("high").dispatch(),
+        lambda: app.dispatch_many([Ordered("c").on_queue("high"), Ordered("d").on_queue("high")]),
+        lambda: asyncio.run(Ordered("e").on_queue("high").dispatch_async()),
+        lambda: asyncio.run(UniqueOrdered("v").on_queue("high").dispatch_async()),
+    ]
+    try:
+        for push in pushes:
+            if redis_topology == "plain":
+                with pytest.raises(QueueUnavailable, match="TIDINGS_WAIT_REPLICAS"):
+                    push()
+            else:
+                assert push()
+        sizes = app.queue_for(None).sizes(["high"])["high"]
+        # Raised or not, every push happened (a QueueUnavailable here means "not confirmed").
+        assert sizes["ready"] + sizes["delayed"] == 7
+        if redis_topology == "plain":
+            return
+        primary = _primary_of(app, "high")
+        port = int(primary.info("replication")["slave0"]["port"])
+        primary.close()
+        replica = redis.Redis(port=port, socket_timeout=2.0)
+        try:
+            if redis_topology == "cluster":
+                replica.execute_command("READONLY")  # reads on a cluster replica
+            k = app.queue_for(None).keys("high")
+            # WAIT returned 1 for each push: the replica has all 7, no waiting needed.
+            assert replica.llen(k.ready) == 6
+            assert replica.zcard(k.delayed) == 1
+        finally:
+            replica.close()
+    finally:
+        app.close()
+
+
+def _primary_of(app: App, queue: str) -> redis.Redis:
+    """A plain client of the primary holding ``queue`` (its slot's, on a cluster)."""
+    client: Any = app.queue_for(None).client
+    if hasattr(client, "get_node_from_key"):
+        node = client.get_node_from_key(app.queue_for(None).keys(queue).ready)
+        return redis.Redis(host=node.host, port=node.port, socket_timeout=2.0)
+    host, port = client.connection_pool.get_master_address()
+    return redis.Redis(host=host, port=port, socket_timeout=2.0)

@@ -16,7 +16,8 @@ from typing import Any
 import orjson
 import redis
 import redis.asyncio
-from redis.exceptions import OutOfMemoryError, ResponseError
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
 
 from tidings.errors import QueueUnavailable
 from tidings.queue import scripts
@@ -110,12 +111,104 @@ class _Plain:
         pass
 
 
-class RedisQueue:
-    """The queues behind one Redis URL and key prefix."""
+def _pipelined(
+    target: Any,
+    script: scripts.LuaScript,
+    keys: list[str],
+    args: list[scripts.Arg],
+    wait: list[int],
+) -> Any:
+    """``script`` then ``WAIT`` in one pipeline on one connection of ``target`` (a plain
+    client of the server holding ``keys``); returns both replies."""
+    for attempt in (0, 1):
+        pipe = target.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+        pipe.execute_command("WAIT", *wait)
+        try:
+            return pipe.execute()
+        except NoScriptError:
+            if attempt:
+                raise
+            target.script_load(script.source)  # then again: every push is safe to re-run
+    raise AssertionError("unreachable")  # pragma: no cover
 
-    def __init__(self, url: str, prefix: str) -> None:
+
+async def _apipelined(
+    target: Any,
+    script: scripts.LuaScript,
+    keys: list[str],
+    args: list[scripts.Arg],
+    wait: list[int],
+) -> Any:
+    """Async twin of :func:`_pipelined`."""
+    for attempt in (0, 1):
+        pipe = target.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+        pipe.execute_command("WAIT", *wait)
+        try:
+            return await pipe.execute()
+        except NoScriptError:
+            if attempt:
+                raise
+            await target.script_load(script.source)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _acluster_pair(
+    client: Any,
+    script: scripts.LuaScript,
+    keys: list[str],
+    args: list[scripts.Arg],
+    wait: list[int],
+) -> Any:
+    """``script`` then ``WAIT`` on one connection to the primary of ``keys``' slot (the
+    asyncio cluster client has no per-node pipeline)."""
+    if client._initialize:
+        await client.initialize()
+    for attempt in (0, 1):
+        node = client.get_node_from_key(keys[0])
+        conn = node.acquire_connection()
+        replies: list[Any] = []
+        try:
+            if not conn.is_connected:
+                await conn.connect()
+            commands = [("EVALSHA", script.sha, len(keys), *keys, *args), ("WAIT", *wait)]
+            await conn.send_packed_command(conn.pack_commands(commands))
+            for _ in commands:
+                try:
+                    replies.append(await conn.read_response())
+                except ResponseError as exc:  # read the WAIT's reply too
+                    replies.append(exc)
+        except BaseException:
+            await conn.disconnect()
+            raise
+        finally:
+            node.release(conn)
+        if isinstance(replies[0], NoScriptError) and not attempt:
+            await client.script_load(script.source)
+            continue
+        if isinstance(replies[0], BaseException):
+            raise replies[0]
+        return replies
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class RedisQueue:
+    """The queues behind one Redis URL and key prefix.
+
+    ``wait_replicas`` (``TIDINGS_WAIT_REPLICAS``): every producer push is followed, on
+    the same connection, by ``WAIT wait_replicas wait_timeout_ms``, and a push that fewer
+    replicas confirmed raises :class:`QueueUnavailable` instead of returning. A returned
+    dispatch then survives the failover of its primary (docs/guarantees.md, Topologies).
+    """
+
+    def __init__(
+        self, url: str, prefix: str, *, wait_replicas: int = 0, wait_timeout_ms: int = 100
+    ) -> None:
         self.url = url
         self.prefix = prefix
+        self.confirm_replicas = wait_replicas
+        self.confirm_timeout_ms = wait_timeout_ms
         self._keys: dict[str, QueueKeys] = {}
         self._sync: redis.Redis | None = None
         self._fast: Any = None
@@ -169,17 +262,69 @@ class RedisQueue:
             QueueUnavailable: Redis could not be reached; nothing was written.
         """
         k = self.keys(queue)
-        lane = self._lane()
         with _guard(f"push to {queue!r}"):
             if delay_s > 0:
                 args = [int(delay_s * 1000), *self._push_args(items)]
-                lane.call(scripts.LATER, [k.delayed, k.notify, k.jobs, k.done, k.failed], args)
+                self.produce(
+                    queue, scripts.LATER, [k.delayed, k.notify, k.jobs, k.done, k.failed], args
+                )
             else:
-                lane.call(
+                self.produce(
+                    queue,
                     scripts.PUSH,
                     [k.ready, k.notify, k.jobs, k.done, k.failed],
                     self._push_args(items),
                 )
+
+    def produce(
+        self, queue: str, script: scripts.LuaScript, keys: list[str], args: list[scripts.Arg]
+    ) -> Any:
+        """Run a producer's script (a push) on the fast lane; with ``wait_replicas``,
+        confirmed by ``WAIT`` on the same connection.
+
+        Raises:
+            QueueUnavailable: fewer replicas than ``wait_replicas`` confirmed the push
+                (other Redis errors propagate: callers wrap this in their guard).
+        """
+        if not self.confirm_replicas:
+            return self._lane().call(script, keys, args)
+        wait = [self.confirm_replicas, self.confirm_timeout_ms]
+        lane = self._lane()
+        if isinstance(lane, FastLane):
+            reply = lane.call(script, keys, args)
+            acked = lane.command("WAIT", *wait)
+        else:
+            client: Any = self.client
+            target = client
+            if hasattr(client, "get_node_from_key"):  # Redis Cluster: the slot's primary
+                target = client.get_node_from_key(keys[0]).redis_connection
+            reply, acked = _pipelined(target, script, keys, args, wait)
+        self._confirmed(queue, int(acked))
+        return reply
+
+    async def aproduce(
+        self, queue: str, script: scripts.LuaScript, keys: list[str], args: list[scripts.Arg]
+    ) -> Any:
+        """Async twin of :meth:`produce`."""
+        client: Any = self.aclient()
+        if not self.confirm_replicas:
+            return await script.acall(client, keys, args)
+        wait = [self.confirm_replicas, self.confirm_timeout_ms]
+        if isinstance(client, AsyncRedisCluster):
+            reply, acked = await _acluster_pair(client, script, keys, args, wait)
+        else:
+            reply, acked = await _apipelined(client, script, keys, args, wait)
+        self._confirmed(queue, int(acked))
+        return reply
+
+    def _confirmed(self, queue: str, acked: int) -> None:
+        if acked < self.confirm_replicas:
+            raise QueueUnavailable(
+                f"push to {queue!r}: {acked} of {self.confirm_replicas} replicas confirmed it "
+                f"within {self.confirm_timeout_ms} ms (TIDINGS_WAIT_REPLICAS, "
+                "TIDINGS_WAIT_REPLICAS_TIMEOUT); it may still run, and dispatching it again "
+                "may run it twice"
+            )
 
     def _lane(self) -> Any:
         """The fast lane for script calls (the ordinary client for Redis Cluster)."""
@@ -198,16 +343,18 @@ class RedisQueue:
     ) -> None:
         """Async twin of :meth:`push`."""
         k = self.keys(queue)
-        client = self.aclient()
         async with _aguard(f"push to {queue!r}"):
             if delay_s > 0:
                 args = [int(delay_s * 1000), *self._push_args(items)]
-                await scripts.LATER.acall(
-                    client, [k.delayed, k.notify, k.jobs, k.done, k.failed], args
+                await self.aproduce(
+                    queue, scripts.LATER, [k.delayed, k.notify, k.jobs, k.done, k.failed], args
                 )
             else:
-                await scripts.PUSH.acall(
-                    client, [k.ready, k.notify, k.jobs, k.done, k.failed], self._push_args(items)
+                await self.aproduce(
+                    queue,
+                    scripts.PUSH,
+                    [k.ready, k.notify, k.jobs, k.done, k.failed],
+                    self._push_args(items),
                 )
 
     def wait_replicas(self, queue: str, replicas: int = 1, timeout_ms: int = 100) -> int:

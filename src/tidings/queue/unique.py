@@ -196,12 +196,12 @@ class GuardedPush:
         """
         p = self.prepared
         with unavailable_guard(f"push to {p.queue!r}"):
-            raw = p.script.call(p.rq.client, p.keys, p.args)
+            raw = p.rq.produce(p.queue, p.script, p.keys, p.args)
         return _outcome(self.app, p, self.pending, raw)
 
     async def push_async(self) -> str | None:
         """Async twin of :meth:`push`."""
         p = self.prepared
         async with unavailable_aguard(f"push to {p.queue!r}"):
-            raw = await p.script.acall(p.rq.aclient(), p.keys, p.args)
+            raw = await p.rq.aproduce(p.queue, p.script, p.keys, p.args)
         return _outcome(self.app, p, self.pending, raw)
