@@ -59,6 +59,12 @@ MEANINGS: dict[str, str] = {
         "AES key(s), comma-separated: the first encrypts, all decrypt (rotation); "
         "unset: derived from `TIDINGS_KEY` with HKDF"
     ),
+    "wait_replicas": (
+        "replicas that must confirm every push (Redis `WAIT`, pipelined with it) before "
+        "`dispatch()` returns; fewer: `QueueUnavailable`. Survives any failover; with one "
+        "replica, no dispatch returns while it is out of sync (docs/guarantees.md)"
+    ),
+    "wait_replicas_timeout": "seconds a push waits for those confirmations",
     "schedule_timezone": (
         "IANA zone (e.g. `Europe/Paris`) whose wall clock cron schedules read when they "
         "give no `tz=`; DST-correct; unset: UTC"

@@ -37,3 +37,24 @@ def test_defaults() -> None:
 def test_incomplete_urls_are_configuration_errors(url: str) -> None:
     with pytest.raises(ConfigurationError):
         parse_sentinel_url(url)
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", "two"])
+def test_wait_replicas_must_be_a_whole_number(value: str) -> None:
+    from tidings.config import Settings
+
+    env = {"TIDINGS_REDIS_URL": "redis://127.0.0.1:1", "TIDINGS_KEY": "k" * 32}
+    with pytest.raises(ConfigurationError, match="wait_replicas|TIDINGS_WAIT_REPLICAS"):
+        Settings.resolve({}, {**env, "TIDINGS_WAIT_REPLICAS": value})
+
+
+def test_wait_replicas_from_the_environment_and_keywords() -> None:
+    from tidings.config import Settings
+
+    env = {"TIDINGS_REDIS_URL": "redis://127.0.0.1:1", "TIDINGS_KEY": "k" * 32}
+    s = Settings.resolve({}, {**env, "TIDINGS_WAIT_REPLICAS": "2"})
+    assert (s.wait_replicas, s.wait_replicas_timeout) == (2, 0.1)
+    s = Settings.resolve({"wait_replicas": 1, "wait_replicas_timeout": 0.5}, env)
+    assert (s.wait_replicas, s.wait_replicas_timeout) == (1, 0.5)
+    with pytest.raises(ConfigurationError, match="TIDINGS_WAIT_REPLICAS_TIMEOUT"):
+        Settings.resolve({}, {**env, "TIDINGS_WAIT_REPLICAS_TIMEOUT": "0"})
