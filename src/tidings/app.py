@@ -108,6 +108,8 @@ class App:
         self.schedules: list[Any] = []  # Schedule entries (schedule)
         self._notifications: Any = None
         self._meter: Any = None  # tidings.metrics.Meter, in worker processes
+        self._emit_tasks: set[asyncio.Task[None]] = set()  # async lifecycle listeners
+        self._async_skipped: set[str] = set()  # events whose async listeners were skipped
         self._keyring: Any = None
         self._database: Any = None
         # Called around every sync job (and model load) in a worker thread: the Django
@@ -249,11 +251,52 @@ class App:
         meter = self._meter
         if meter is not None:
             meter.observe(event)
-        if self.events.has_listeners(type(event)):
+        cls = type(event)
+        if self.events.has_listeners(cls):
             try:
-                self.events.dispatch(event)
+                if self.events.has_async_listeners(cls):
+                    self._emit_with_async(event)
+                else:
+                    self.events.dispatch(event)
             except Exception:
-                log.exception("a listener of %s raised", type(event).__name__)
+                log.exception("a listener of %s raised", cls.__name__)
+
+    def _emit_with_async(self, event: object) -> None:
+        """An event with ``async def`` listeners: on an event loop (a worker, async
+        code), all its listeners run in order in a task of that loop (a worker waits
+        for these tasks as it stops); without one (a sync ``dispatch()``), the sync and
+        queued listeners run now and the async ones are skipped, with a warning."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            name = type(event).__name__
+            if name not in self._async_skipped:
+                self._async_skipped.add(name)
+                log.warning(
+                    "async listeners of %s do not run where no event loop runs (a sync "
+                    "dispatch()); dispatch with `await ...dispatch_async()`, or make them "
+                    "sync or queued (ShouldQueue)",
+                    name,
+                )
+            self.events.dispatch_sync_part(event)
+            return
+        task = loop.create_task(self._emit_async(event))
+        self._emit_tasks.add(task)
+        task.add_done_callback(self._emit_tasks.discard)
+
+    async def _emit_async(self, event: object) -> None:
+        try:
+            await self.events.dispatch_async(event)
+        except Exception:
+            log.exception("a listener of %s raised", type(event).__name__)
+
+    async def wait_listeners(self, timeout_s: float = 10.0) -> None:
+        """Wait (up to ``timeout_s``) for the async lifecycle listeners still running on
+        this loop (see :meth:`emit`)."""
+        loop = asyncio.get_running_loop()
+        mine = [t for t in self._emit_tasks if t.get_loop() is loop and not t.done()]
+        if mine:
+            await asyncio.wait(mine, timeout=timeout_s)
 
     async def run_job_pipeline(self, job: Job, call: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``call`` through the job's middleware (outermost first)."""
@@ -585,7 +628,8 @@ class App:
 
     async def worker_stopped(self, worker: Any) -> None:
         """Called by a worker as it exits, on its loop: close that loop's channels
-        (QUIT the SMTP connection, close HTTP clients)."""
+        (QUIT the SMTP connection, close HTTP clients), after its lifecycle listeners."""
+        await self.wait_listeners()
         meter, client = self._meter, getattr(worker, "_client", None)
         if meter is not None and getattr(meter, "worker", None) is worker:
             self._meter = None

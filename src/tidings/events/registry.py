@@ -79,7 +79,7 @@ class _Registration:
 class _Plan:
     """Everything one dispatch of one event class or name needs, precomputed."""
 
-    __slots__ = ("acalls", "async_listeners", "calls", "listeners", "queued")
+    __slots__ = ("acalls", "async_listeners", "calls", "listeners", "queued", "sync_calls")
 
     def __init__(self, regs: Sequence[_Registration], name: str | None) -> None:
         def bind(reg: _Registration, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -91,6 +91,7 @@ class _Plan:
         self.acalls = tuple(bind(r, r.acall) for r in regs)
         self.listeners = tuple(r.listener for r in regs)
         self.async_listeners = tuple(r.listener for r in regs if r.is_async)
+        self.sync_calls = tuple(bind(r, r.call) for r in regs if not r.is_async)
         self.queued = any(r.call is not r.acall for r in regs)
 
 
@@ -241,6 +242,17 @@ class ListenerRegistry:
         Cached per class or name: after the first call it is one dict lookup.
         """
         return bool(self._plan_of(event).calls)
+
+    def has_async_listeners(self, event: object) -> bool:
+        """Tell whether an ``async def`` listener would hear ``event`` (cached as above)."""
+        return bool(self._plan_of(event).async_listeners)
+
+    def dispatch_sync_part(self, event: object) -> None:
+        """Run the sync (and queued) listeners of an object event, skipping async ones:
+        for fire-and-forget events (the queue's lifecycle events) raised where no event
+        loop runs. Results and ``False`` are ignored."""
+        for call in self._plan_of(event).sync_calls:
+            call(event)
 
     def listeners_for(self, event: object) -> list[ListenerLike]:
         """Return the listeners that would hear ``event``, in the order they run.
