@@ -91,15 +91,28 @@ class FakeDispatcher(Dispatcher):
         self.recorded.append((event, args))
         return None if halt else []
 
-    def has_listeners(self, event: object) -> bool:
-        """True for a faked event, so code that skips unheard events still records it."""
+    def _faked(self, event: object) -> bool:
+        """:meth:`fakes`, also for an event class."""
         if isinstance(event, type):
-            faked = self.only is None or any(
+            return self.only is None or any(
                 isinstance(key, type) and issubclass(event, key) for key in self.only
             )
+        return self.fakes(event)
+
+    def has_listeners(self, event: object) -> bool:
+        """True for a faked event, so code that skips unheard events still records it."""
+        return self._faked(event) or self.real.has_listeners(event)
+
+    def has_async_listeners(self, event: object) -> bool:
+        """False for a faked event (it is recorded, not run), else the real answer."""
+        return not self._faked(event) and self.real.has_async_listeners(event)
+
+    def dispatch_sync_part(self, event: object) -> None:
+        """Record ``event`` if it is faked, else run the real sync listeners."""
+        if self.fakes(event):
+            self.recorded.append((event, ()))
         else:
-            faked = self.fakes(event)
-        return faked or self.real.has_listeners(event)
+            self.real.dispatch_sync_part(event)
 
     # -- registration and queries: the real dispatcher's ---------------------------
 
