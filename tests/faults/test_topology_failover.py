@@ -31,6 +31,7 @@ and these tests ask for 0 lost. docs/guarantees.md says what is and is not promi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -348,3 +349,43 @@ def test_sentinel_failover_mid_drain(
     row = "sentinel SENTINEL FAILOVER" + (", wait_replicas=1" if confirmed else "")
     with SplitWatch(old.client(socket_timeout=1.0)) as split:
         _drill(rig, lambda: sentinel.failover()[1], row, split=split, confirmed=confirmed)
+
+
+def test_wait_replicas_pushes_follow_a_cluster_failover(
+    cluster: ClusterGroup, make_rig: Callable[..., Rig]
+) -> None:
+    """With ``wait_replicas`` a push goes straight to its slot's primary (a pipeline
+    with ``WAIT``), past the cluster client's routing: after a ``CLUSTER FAILOVER`` the
+    old primary answers ``MOVED``, and the client's slot map must be reloaded, or every
+    later push raises QueueUnavailable. Sync and async dispatches must both get through
+    within a few tries."""
+    rig = make_rig(cluster.url, app_options={"wait_replicas": 1, "wait_replicas_timeout": 0.5})
+    assert Once("before").on_queue("high").dispatch()
+
+    async def dispatch_async(name: str) -> str | None:
+        return await Once(name).on_queue("high").dispatch_async()
+
+    loop = asyncio.new_event_loop()
+    try:
+        assert loop.run_until_complete(dispatch_async("before-async"))
+        cluster.failover_master_of(_high_key(rig))
+        for kind in ("sync", "async"):
+            errors: list[str] = []
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                try:
+                    name = f"after-{kind}-{len(errors)}"
+                    if kind == "sync":
+                        assert Once(name).on_queue("high").dispatch()
+                    else:
+                        assert loop.run_until_complete(dispatch_async(name))
+                    break
+                except QueueUnavailable as exc:
+                    errors.append(str(exc))
+                    time.sleep(0.2)
+            else:
+                pytest.fail(f"{kind} pushes still refused after the failover: {errors[-3:]}")
+            figure(f"cluster wait_replicas after CLUSTER FAILOVER: {kind} push refused "
+                   f"{len(errors)} times first")  # fmt: skip
+    finally:
+        loop.close()

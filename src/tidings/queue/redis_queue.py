@@ -6,6 +6,7 @@ The worker's moves (pop, ack, release, fail, extend) live in :mod:`tidings.queue
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import weakref
 from collections.abc import Iterator, Sequence
@@ -17,7 +18,15 @@ import orjson
 import redis
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.exceptions import NoScriptError, OutOfMemoryError, ResponseError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    NoScriptError,
+    OutOfMemoryError,
+    ResponseError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tidings.errors import QueueUnavailable
 from tidings.queue import scripts
@@ -111,26 +120,36 @@ class _Plain:
         pass
 
 
+def _replies(raw: list[Any]) -> tuple[Any, Any] | None:
+    """The (script, ``WAIT``) replies of a confirmed push; None when the server must load
+    the script first. An error is raised as Redis sent it: redis-py's pipeline error
+    would quote the command, and a push's arguments are job data."""
+    if isinstance(raw[0], NoScriptError):
+        return None
+    for r in raw:
+        if isinstance(r, BaseException):
+            raise r
+    return raw[0], raw[1]
+
+
 def _pipelined(
     target: Any,
     script: scripts.LuaScript,
     keys: list[str],
     args: list[scripts.Arg],
     wait: list[int],
-) -> Any:
+) -> tuple[Any, Any]:
     """``script`` then ``WAIT`` in one pipeline on one connection of ``target`` (a plain
     client of the server holding ``keys``); returns both replies."""
-    for attempt in (0, 1):
+    for _ in (0, 1):
         pipe = target.pipeline(transaction=False)
         pipe.evalsha(script.sha, len(keys), *keys, *args)
         pipe.execute_command("WAIT", *wait)
-        try:
-            return pipe.execute()
-        except NoScriptError:
-            if attempt:
-                raise
-            target.script_load(script.source)  # then again: every push is safe to re-run
-    raise AssertionError("unreachable")  # pragma: no cover
+        replies = _replies(pipe.execute(raise_on_error=False))
+        if replies is not None:
+            return replies
+        target.script_load(script.source)  # then again: every push is safe to re-run
+    raise NoScriptError(f"{script.name}: loaded, and still unknown to the server")
 
 
 async def _apipelined(
@@ -139,18 +158,43 @@ async def _apipelined(
     keys: list[str],
     args: list[scripts.Arg],
     wait: list[int],
-) -> Any:
+) -> tuple[Any, Any]:
     """Async twin of :func:`_pipelined`."""
-    for attempt in (0, 1):
+    for _ in (0, 1):
         pipe = target.pipeline(transaction=False)
         pipe.evalsha(script.sha, len(keys), *keys, *args)
         pipe.execute_command("WAIT", *wait)
+        replies = _replies(await pipe.execute(raise_on_error=False))
+        if replies is not None:
+            return replies
+        await target.script_load(script.source)
+    raise NoScriptError(f"{script.name}: loaded, and still unknown to the server")
+
+
+_MOVED_OR_GONE = (AskError, RedisConnectionError, RedisTimeoutError, ClusterDownError, OSError)
+"""Errors of a push sent past the cluster client's routing (``AskError`` covers
+``MovedError``): the client's slot map is ours to reload."""
+
+
+def _cluster_confirmed(
+    client: Any,
+    script: scripts.LuaScript,
+    keys: list[str],
+    args: list[scripts.Arg],
+    wait: list[int],
+) -> tuple[Any, Any]:
+    """A confirmed push on Redis Cluster: the pipeline to the primary of ``keys``' slot.
+    A ``MOVED`` (the slot has another primary now: a failover, a resharding) reloads the
+    slot map and tries once more; a dead node reloads it for the next push."""
+    for attempt in (0, 1):
+        node = client.get_node_from_key(keys[0])
         try:
-            return await pipe.execute()
-        except NoScriptError:
-            if attempt:
+            return _pipelined(node.redis_connection, script, keys, args, wait)
+        except _MOVED_OR_GONE as exc:
+            with contextlib.suppress(Exception):  # nodes may be down: the next push retries
+                client.nodes_manager.initialize()
+            if attempt or not isinstance(exc, AskError):
                 raise
-            await target.script_load(script.source)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -166,6 +210,25 @@ async def _acluster_pair(
     if client._initialize:
         await client.initialize()
     for attempt in (0, 1):
+        try:
+            return await _acluster_attempt(client, script, keys, args, wait)
+        except _MOVED_OR_GONE as exc:
+            with contextlib.suppress(Exception):
+                await client.nodes_manager.initialize()
+            if attempt or not isinstance(exc, AskError):
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _acluster_attempt(
+    client: Any,
+    script: scripts.LuaScript,
+    keys: list[str],
+    args: list[scripts.Arg],
+    wait: list[int],
+) -> tuple[Any, Any]:
+    """One try of :func:`_acluster_pair` (loading the script if the node lacks it)."""
+    for _ in (0, 1):
         node = client.get_node_from_key(keys[0])
         conn = node.acquire_connection()
         replies: list[Any] = []
@@ -184,13 +247,11 @@ async def _acluster_pair(
             raise
         finally:
             node.release(conn)
-        if isinstance(replies[0], NoScriptError) and not attempt:
-            await client.script_load(script.source)
-            continue
-        if isinstance(replies[0], BaseException):
-            raise replies[0]
-        return replies
-    raise AssertionError("unreachable")  # pragma: no cover
+        pair = _replies(replies)
+        if pair is not None:
+            return pair
+        await client.script_load(script.source)
+    raise NoScriptError(f"{script.name}: loaded, and still unknown to the server")
 
 
 class RedisQueue:
@@ -295,10 +356,10 @@ class RedisQueue:
             acked = lane.command("WAIT", *wait)
         else:
             client: Any = self.client
-            target = client
             if hasattr(client, "get_node_from_key"):  # Redis Cluster: the slot's primary
-                target = client.get_node_from_key(keys[0]).redis_connection
-            reply, acked = _pipelined(target, script, keys, args, wait)
+                reply, acked = _cluster_confirmed(client, script, keys, args, wait)
+            else:
+                reply, acked = _pipelined(client, script, keys, args, wait)
         self._confirmed(queue, int(acked))
         return reply
 
