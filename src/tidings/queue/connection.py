@@ -12,6 +12,7 @@ that limit ends in ``TimeoutError`` after retries, leaving an idle worker deaf.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,18 +71,22 @@ class _Follow:
     redis-py asks only when it opens a connection, and after ``SENTINEL FAILOVER`` the
     old primary is demoted seconds after its replica is promoted (10-11 s measured with
     Redis 7): until then it answers the connections clients already hold and takes
-    writes that it drops when it resynchronises. So a tidings Sentinel pool asks at
-    most every :data:`FOLLOW_EVERY_S` when a connection is checked out; a new answer
-    makes redis-py drop its idle connections, and a connection checked out still
-    pointing at the old primary is closed before use (it reconnects to the new one).
+    writes that it drops when it resynchronises. So tidings' Sentinel pools ask at
+    most every :data:`FOLLOW_EVERY_S` when a connection is checked out (one state per
+    process for a service and its sentinels, shared by all its pools: see
+    :func:`_follow_for`); a new answer makes redis-py drop that pool's idle connections,
+    and a connection checked out from any pool still pointing at the old primary is
+    closed before use (it reconnects to the new one).
     That narrows the exposure to the seconds the sentinels take to name the new primary
     (docs/guarantees.md, Topologies).
     """
 
-    __slots__ = ("due",)
+    __slots__ = ("address", "due")
 
     def __init__(self) -> None:
         self.due = 0.0
+        self.address: tuple[str, int] | None = None
+        """The primary the sentinels named last, for every pool of the process."""
 
     def now(self) -> bool:
         """Whether it is time to ask (and, if so, not again for a while)."""
@@ -94,9 +99,36 @@ class _Follow:
     def failed(self) -> None:
         self.due = time.monotonic() + FOLLOW_BACKOFF_S
 
+    def learned(self, address: Any) -> None:
+        self.address = (str(address[0]), int(address[1]))
 
-def _points_elsewhere(pool: Any, conn: Any, connected: bool) -> bool:
-    address = pool.master_address
+
+_FOLLOWS: dict[tuple[object, ...], _Follow] = {}
+_FOLLOWS_LOCK = threading.Lock()
+
+
+def _follow_for(pool: Any) -> _Follow:
+    """The follow state shared by every pool of this process for one service on one set
+    of sentinels: a worker's pools (commands, blocking waits) and a producer's then
+    leave an old primary together, and the sentinels are asked once a second per
+    process, not per pool."""
+    sentinels = tuple(
+        (
+            c.connection_pool.connection_kwargs.get("host"),
+            c.connection_pool.connection_kwargs.get("port"),
+        )
+        for c in pool.sentinel_manager.sentinels
+    )
+    key = (pool.service_name, sentinels)
+    with _FOLLOWS_LOCK:
+        follow = _FOLLOWS.get(key)
+        if follow is None:
+            follow = _FOLLOWS[key] = _Follow()
+        return follow
+
+
+def _points_elsewhere(pool: Any, follow: _Follow, conn: Any, connected: bool) -> bool:
+    address = follow.address or pool.master_address
     return bool(connected and address is not None and (conn.host, conn.port) != tuple(address))
 
 
@@ -105,27 +137,34 @@ class FollowingPool(redis.sentinel.SentinelConnectionPool):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
-        self._follow = _Follow()
+        self._follow = _follow_for(self)
 
     def follow(self) -> None:
         """Ask the sentinels for the primary, if it is time."""
         if self._follow.now():
             try:
                 # A new answer makes redis-py disconnect the idle connections.
-                self.get_master_address()  # type: ignore[no-untyped-call]
+                self._follow.learned(self.get_master_address())  # type: ignore[no-untyped-call]
             except (redis.RedisError, OSError):
                 self._follow.failed()  # a real outage shows on the next command
 
     def stale(self, conn: Any) -> bool:
         """Whether ``conn`` is connected to a server that is no longer the primary."""
-        return _points_elsewhere(self, conn, getattr(conn, "_sock", None) is not None)
+        connected = getattr(conn, "_sock", None) is not None
+        return _points_elsewhere(self, self._follow, conn, connected)
 
     def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         self.follow()
         conn = super().get_connection(*args, **kwargs)
         if self.stale(conn):
-            # The next command reconnects, to the primary.
-            conn.disconnect()  # type: ignore[no-untyped-call]
+            # Reconnect here: connect() asks the sentinels for the primary, while the
+            # lazy reconnect of the next command would go back to the old address.
+            try:
+                conn.disconnect()  # type: ignore[no-untyped-call]
+                conn.connect()  # type: ignore[no-untyped-call]
+            except BaseException:
+                self.release(conn)
+                raise
         return conn
 
 
@@ -134,25 +173,31 @@ class AsyncFollowingPool(redis.asyncio.sentinel.SentinelConnectionPool):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
-        self._follow = _Follow()
+        self._follow = _follow_for(self)
 
     async def follow(self) -> None:
         """Ask the sentinels for the primary, if it is time."""
         if self._follow.now():
             try:
-                await self.get_master_address()  # type: ignore[no-untyped-call]
+                self._follow.learned(await self.get_master_address())  # type: ignore[no-untyped-call]
             except (redis.RedisError, OSError):
                 self._follow.failed()
 
     def stale(self, conn: Any) -> bool:
         """Whether ``conn`` is connected to a server that is no longer the primary."""
-        return _points_elsewhere(self, conn, bool(getattr(conn, "is_connected", False)))
+        connected = bool(getattr(conn, "is_connected", False))
+        return _points_elsewhere(self, self._follow, conn, connected)
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         await self.follow()
         conn = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
         if self.stale(conn):
-            await conn.disconnect()
+            try:
+                await conn.disconnect()
+                await conn.connect()  # (as above)
+            except BaseException:
+                await self.release(conn)
+                raise
         return conn
 
 
