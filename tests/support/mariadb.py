@@ -208,30 +208,25 @@ class MySQLDatabase:
         self.password = unquote(parts.password or "")
         self.name = f"tidings_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
 
-    def _admin(self) -> Any:
-        return _connect(self.host, self.port, self.user, self.password)
-
-    def create(self) -> MySQLDatabase:
-        conn = self._admin()
+    def _admin_execute(self, sql: str) -> None:
+        conn = _connect(self.host, self.port, self.user, self.password)
         try:
             with conn.cursor() as cur:
-                # The server's default charset, not utf8mb4: the store's table must ask
-                # for utf8mb4 itself, as it must on a real server set up long ago.
-                cur.execute(f"CREATE DATABASE `{self.name}`")
+                cur.execute(sql)
         finally:
             conn.close()
+
+    def create(self) -> MySQLDatabase:
+        # The server's default charset, not utf8mb4: the store's table must ask for
+        # utf8mb4 itself, as it must on a real server set up long ago.
+        self._admin_execute(f"CREATE DATABASE `{self.name}`")
         return self
 
     def drop(self) -> None:
         import pymysql
 
         with contextlib.suppress(pymysql.Error):
-            conn = self._admin()
-            try:
-                with conn.cursor() as cur:
-                    cur.execute(f"DROP DATABASE IF EXISTS `{self.name}`")
-            finally:
-                conn.close()
+            self._admin_execute(f"DROP DATABASE IF EXISTS `{self.name}`")
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -186,16 +186,16 @@ def _cluster_confirmed(
     """A confirmed push on Redis Cluster: the pipeline to the primary of ``keys``' slot.
     A ``MOVED`` (the slot has another primary now: a failover, a resharding) reloads the
     slot map and tries once more; a dead node reloads it for the next push."""
-    for attempt in (0, 1):
-        node = client.get_node_from_key(keys[0])
-        try:
-            return _pipelined(node.redis_connection, script, keys, args, wait)
-        except _MOVED_OR_GONE as exc:
-            with contextlib.suppress(Exception):  # nodes may be down: the next push retries
-                client.nodes_manager.initialize()
-            if attempt or not isinstance(exc, AskError):
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    try:
+        return _pipelined(
+            client.get_node_from_key(keys[0]).redis_connection, script, keys, args, wait
+        )
+    except _MOVED_OR_GONE as exc:
+        with contextlib.suppress(Exception):  # nodes may be down: the next push retries
+            client.nodes_manager.initialize()
+        if not isinstance(exc, AskError):
+            raise
+    return _pipelined(client.get_node_from_key(keys[0]).redis_connection, script, keys, args, wait)
 
 
 async def _acluster_pair(
@@ -209,15 +209,14 @@ async def _acluster_pair(
     asyncio cluster client has no per-node pipeline)."""
     if client._initialize:
         await client.initialize()
-    for attempt in (0, 1):
-        try:
-            return await _acluster_attempt(client, script, keys, args, wait)
-        except _MOVED_OR_GONE as exc:
-            with contextlib.suppress(Exception):
-                await client.nodes_manager.initialize()
-            if attempt or not isinstance(exc, AskError):
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    try:
+        return await _acluster_attempt(client, script, keys, args, wait)
+    except _MOVED_OR_GONE as exc:  # as in _cluster_confirmed
+        with contextlib.suppress(Exception):
+            await client.nodes_manager.initialize()
+        if not isinstance(exc, AskError):
+            raise
+    return await _acluster_attempt(client, script, keys, args, wait)
 
 
 async def _acluster_attempt(
