@@ -54,7 +54,7 @@ def _free_port() -> int:
 
 
 def _version(url: str) -> str:
-    from tidings.queue.connection import sync_client  # any URL: plain, cluster, sentinel
+    from tidings.redis.clients import sync_client  # any URL: plain, cluster, sentinel
 
     client = sync_client(url)
     try:

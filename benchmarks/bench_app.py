@@ -27,7 +27,7 @@ under ``<prefix>:``. Each peer's ``*_stamp`` job appends ``time.time() - sent_at
 ``mark_key("latency")`` when it starts, as :class:`Stamp` does for tidings.
 
 ``python -m benchmarks.bench_app [--concurrency N]`` runs a bare
-:class:`~tidings.queue.worker.Worker` until the queue is empty, without notify-worker's
+:class:`~tidings.worker.worker.Worker` until the queue is empty, without notify-worker's
 one-line-per-job output listeners (used to price that output, and for profiling).
 """
 
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings import App, Job
-from tidings.queue.events import JobProcessing, WorkerStarting
+from tidings.observability.lifecycle import JobProcessing, WorkerStarting
 
 app = App(allowed_modules=["benchmarks"])
 
@@ -248,7 +248,7 @@ def __getattr__(name: str) -> Any:
 
 def main() -> None:
     """Drain the default queue with a bare Worker (no per-job output), then exit."""
-    from tidings.queue.worker import Worker, WorkerOptions
+    from tidings.worker.worker import Worker, WorkerOptions
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--concurrency", type=int, default=16)

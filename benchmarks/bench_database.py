@@ -43,7 +43,7 @@ from benchmarks._redis import bench_redis, delete_prefix  # noqa: E402
 from tidings import App, Job, ShouldBeEncrypted, ShouldQueue  # noqa: E402
 from tidings.notifications import Notifiable, Notification  # noqa: E402
 from tidings.notifications.channels.database import NotificationStore  # noqa: E402
-from tidings.queue.worker import Worker, WorkerOptions  # noqa: E402
+from tidings.worker.worker import Worker, WorkerOptions  # noqa: E402
 
 KEY = "bench-database-key-0123456789abcdef"
 
@@ -270,8 +270,8 @@ def main() -> int:
             print(f"plain      {p:>9,.0f} jobs/s")
             print(f"encrypted  {s:>9,.0f} jobs/s  ({s / p:.2f}x, {extra_us:+.0f} µs/job)")
             app = make_app(server.url, "benchseal")
-            from tidings.queue.encryption import aad_for
-            from tidings.queue.serializer import encode
+            from tidings.wire.encryption import aad_for
+            from tidings.wire.serializer import encode
 
             data = encode(SealedNoop(1))
             aad = aad_for("0" * 32, "x:y")

@@ -24,7 +24,7 @@ from typing import Any
 
 from tidings import App, ShouldQueue
 from tidings.notifications import MailMessage, Notification, WebhookMessage
-from tidings.queue.events import WorkerStarting
+from tidings.observability.lifecycle import WorkerStarting
 
 app = App(allowed_modules=["benchmarks"], webhook_allow_private=True)
 

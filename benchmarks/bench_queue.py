@@ -57,7 +57,7 @@ class Ctx:
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        from tidings.queue.connection import sync_client  # any URL: plain, cluster, sentinel
+        from tidings.redis.clients import sync_client  # any URL: plain, cluster, sentinel
 
         self.client = sync_client(self.url)
 
@@ -111,8 +111,8 @@ def _app() -> Any:
 
 def sample_envelope() -> bytes:
     """The envelope a NoOpJob is pushed as (to size the baselines' payloads)."""
-    from tidings.queue.job import PendingDispatch
-    from tidings.queue.producer import prepare
+    from tidings.jobs.job import PendingDispatch
+    from tidings.wire.compose import prepare
 
     b = _app()
     _, _, envelope, _ = prepare(

@@ -2,7 +2,7 @@
 
     python benchmarks/metrics_memory.py [--jobs 100000] [--queues 3] [--classes 10]
 
-1. ``--jobs`` lifecycle events go through a :class:`~tidings.metrics.Meter` exactly as a
+1. ``--jobs`` lifecycle events go through a :class:`~tidings.observability.metrics.Meter` exactly as a
    worker's would (start + outcome per job) and are flushed once a simulated second, all
    in the current minute; the bytes of every metrics key are summed (``MEMORY USAGE``).
 2. The steady state of a busy deployment: every queue x class active in every minute of
@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import redis  # noqa: E402
 
 from benchmarks._redis import bench_redis  # noqa: E402
-from tidings.metrics import JOB_TIMING_CAP, RETAIN_S, Meter  # noqa: E402
-from tidings.queue.events import JobFailed, JobProcessed, JobProcessing  # noqa: E402
+from tidings.observability.metrics import JOB_TIMING_CAP, RETAIN_S, Meter  # noqa: E402
+from tidings.observability.lifecycle import JobFailed, JobProcessed, JobProcessing  # noqa: E402
 
 
 def stats_bytes(client: redis.Redis, prefix: str) -> tuple[int, int]:

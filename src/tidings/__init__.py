@@ -29,12 +29,12 @@ from tidings.errors import (
 from tidings.events.call_queued import CallQueuedListener
 from tidings.events.dispatcher import Dispatcher
 from tidings.events.listener import Event, Listener, ShouldQueue, queued
-from tidings.queue.backoff import Exponential
-from tidings.queue.batch import batch
-from tidings.queue.chain import chain
-from tidings.queue.encryption import ShouldBeEncrypted
-from tidings.queue.job import Job, PendingDispatch
-from tidings.queue.limits import RateLimited, Skip, ThrottlesExceptions, WithoutOverlapping
+from tidings.jobs.backoff import Exponential
+from tidings.jobs.job import Job, PendingDispatch
+from tidings.jobs.limits import RateLimited, Skip, ThrottlesExceptions, WithoutOverlapping
+from tidings.wire.encryption import ShouldBeEncrypted
+from tidings.workflows.batch import batch
+from tidings.workflows.chain import chain
 
 __all__ = [
     "App",

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidings import _current, after_commit, redaction, tracing
+from tidings import _current, after_commit
 from tidings._blocking import BlockingDispatchWarning as BlockingDispatchWarning
 from tidings._blocking import warn_blocking
 from tidings.config import Settings
@@ -23,20 +23,21 @@ from tidings.errors import PayloadRejected
 from tidings.events.call_queued import CallQueuedListener
 from tidings.events.dispatcher import Dispatcher, EventKey, ListenerLike, QueuedTarget
 from tidings.events.listener import QueuedFunction, set_current_dispatcher_provider
-from tidings.queue import workflow
-from tidings.queue.events import JobQueued
-from tidings.queue.job import Job, PendingDispatch, current_run, option
-from tidings.queue.middleware import run_through
-from tidings.queue.payload import JobBody
-from tidings.queue.producer import prepare
-from tidings.queue.redis_queue import RedisQueue
-from tidings.queue.signing import Signer, parse_keys
-from tidings.queue.unique import GuardedPush, guard_for, push_guarded, push_guarded_async
+from tidings.jobs.job import Job, PendingDispatch, current_run, option
+from tidings.jobs.middleware import run_through
+from tidings.moves.queues import RedisQueue
+from tidings.observability import redaction, tracing
+from tidings.observability.lifecycle import JobQueued
+from tidings.wire.compose import prepare
+from tidings.wire.envelope import JobBody
+from tidings.wire.signing import Signer, parse_keys
+from tidings.workflows import hooks as workflow
+from tidings.workflows.unique import GuardedPush, guard_for, push_guarded, push_guarded_async
 
 log = logging.getLogger("tidings.app")
 
 if TYPE_CHECKING:
-    from tidings.metrics import JobStatus
+    from tidings.observability.metrics import JobStatus
 
 
 def _version() -> str:
@@ -77,6 +78,13 @@ def _register_secrets(settings: Settings) -> None:
     redaction.register(*found)
 
 
+# Class paths that envelopes queued by earlier releases may name (the modules moved; the
+# classes did not change). A payload names its class, so these must keep resolving.
+LEGACY_CLASS_PATHS = {
+    "tidings.queue.chain:CallFunction": "tidings.workflows.chain:CallFunction",
+}
+
+
 class App:
     """A tidings application.
 
@@ -107,7 +115,7 @@ class App:
         self.channel_limits: dict[str, Any] = {}  # channel -> RateLimited (rate_limit)
         self.schedules: list[Any] = []  # Schedule entries (schedule)
         self._notifications: Any = None
-        self._meter: Any = None  # tidings.metrics.Meter, in worker processes
+        self._meter: Any = None  # tidings.observability.metrics.Meter, in worker processes
         self._emit_tasks: set[asyncio.Task[None]] = set()  # async lifecycle listeners
         self._async_skipped: set[str] = set()  # events whose async listeners were skipped
         self._keyring: Any = None
@@ -149,10 +157,10 @@ class App:
 
     @property
     def keyring(self) -> Any:
-        """The :class:`~tidings.queue.encryption.Keyring` of encrypted payloads (made on
+        """The :class:`~tidings.wire.encryption.Keyring` of encrypted payloads (made on
         first use, from ``encryption_key`` or else the signing keys)."""
         if self._keyring is None:
-            from tidings.queue.encryption import keyring_from_settings
+            from tidings.wire.encryption import keyring_from_settings
 
             self._keyring = keyring_from_settings(
                 self.settings.encryption_key, parse_keys(self.settings.key)
@@ -212,7 +220,7 @@ class App:
         cached = self._resolved.get(path)
         if cached is not None:
             return cached
-        module, _, qualname = path.partition(":")
+        module, _, qualname = LEGACY_CLASS_PATHS.get(path, path).partition(":")
         if not module or not qualname or not self.is_allowed(module):
             raise PayloadRejected(
                 f"unknown job type {path!r}: not under the allowed modules {self._allowed}; "
@@ -311,7 +319,7 @@ class App:
         return await run_through(layers, job, call)
 
     async def after_success(self, job: Job, body: JobBody, queue: str) -> None:
-        """Before the ack: advance a chain, count a batch job (:mod:`tidings.queue.workflow`)."""
+        """Before the ack: advance a chain, count a batch job (:mod:`tidings.workflows.hooks`)."""
         if body["chain"] or body.get("batch"):
             await workflow.on_success(self, job, body, queue)
 
@@ -322,9 +330,9 @@ class App:
     def worker_tasks(self, worker: Any) -> list[Any]:
         """Coroutines a worker process runs beside its jobs: the scheduler, the heartbeat
         its supervisor watches."""
-        from tidings.queue.known import remember_queues
-        from tidings.queue.schedule import Scheduler
-        from tidings.supervisor import heartbeat_task
+        from tidings.moves.queue_names import remember_queues
+        from tidings.ops.supervisor import heartbeat_task
+        from tidings.workflows.schedule import Scheduler
 
         opts = getattr(worker, "opts", None)
         draining = bool(opts and (opts.once or opts.stop_when_empty))
@@ -333,7 +341,7 @@ class App:
         if opts is not None and isinstance(rq, RedisQueue):
             tasks.append(remember_queues(rq, opts.queues))  # for `monitor`
         if self.settings.metrics:
-            from tidings.metrics import Meter
+            from tidings.observability.metrics import Meter
 
             self._meter = Meter(self.settings.prefix, worker=worker, version=_version())
             tasks.append(self._meter.run())
@@ -345,7 +353,7 @@ class App:
         self, channel: str, *, per_second: float | None = None, per_minute: float | None = None
     ) -> None:
         """Limit a notification channel across all workers, e.g. ``("sms", per_second=10)``."""
-        from tidings.queue.limits import RateLimited
+        from tidings.jobs.limits import RateLimited
 
         key = f"channel:{channel}"
         self.channel_limits[channel] = RateLimited(
@@ -363,7 +371,7 @@ class App:
         tz: str | None = None,
     ) -> Any:
         """Dispatch ``job`` on a cron schedule or every ``every_s`` seconds, from whichever
-        worker holds the scheduler lease (see :mod:`tidings.queue.schedule`). A cron
+        worker holds the scheduler lease (see :mod:`tidings.workflows.schedule`). A cron
         expression reads the wall clock of zone ``tz`` (default: the App's
         ``schedule_timezone``, else UTC).
 
@@ -371,7 +379,7 @@ class App:
             ValueError: a bad cron expression or zone, or a second schedule with the
                 same name (pass ``name=``).
         """
-        from tidings.queue.schedule import make_schedule
+        from tidings.workflows.schedule import make_schedule
 
         if tz is None and cron is not None:
             tz = self.settings.schedule_timezone
@@ -385,14 +393,14 @@ class App:
         return entry
 
     def find_batch(self, batch_id: str) -> Any:
-        """The :class:`~tidings.queue.batch.BatchInfo` of a batch, or None."""
-        from tidings.queue.batch import find_batch
+        """The :class:`~tidings.workflows.batch.BatchInfo` of a batch, or None."""
+        from tidings.workflows.batch import find_batch
 
         return find_batch(self, batch_id)
 
     def cancel_batch(self, batch_id: str) -> bool:
         """Cancel a batch: its jobs not started yet are skipped."""
-        from tidings.queue.batch import cancel_batch
+        from tidings.workflows.batch import cancel_batch
 
         return cancel_batch(self, batch_id)
 
@@ -523,7 +531,7 @@ class App:
         start) and ``runtime_s`` of the job's last run, while that record lasts (an
         hour; None before the job ran, or with metrics off).
         """
-        from tidings.metrics import JobStatus, job_timing
+        from tidings.observability.metrics import JobStatus, job_timing
 
         rq = self.queue_for(None)
         queues = [queue] if queue else sorted(self._queues_used)

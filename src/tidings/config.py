@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tidings.embedded import embedded_key, ensure_embedded
 from tidings.errors import ConfigurationError
+from tidings.ops.embedded import embedded_key, ensure_embedded
 
 _TRUE = {"1", "true", "yes", "on"}
 

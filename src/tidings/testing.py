@@ -19,8 +19,8 @@ from typing import Any
 
 from tidings.events.listener import ShouldQueue
 from tidings.events.testing import FakeDispatcher, fake_events
+from tidings.jobs.job import Job, PendingDispatch
 from tidings.notifications.notification import AnonymousNotifiable, Notification
-from tidings.queue.job import Job, PendingDispatch
 
 __all__ = [
     "FakeDispatcher",

@@ -34,7 +34,7 @@ from tests.e2e.events_app import (
 )
 from tests.support import Proc
 from tidings import App
-from tidings.queue import serializer
+from tidings.wire import serializer
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTIFY_WORKER = str(Path(sys.executable).parent / "notify-worker")

@@ -276,7 +276,7 @@ def test_second_sigterm_exits_at_once_and_the_job_runs_later(e: Env) -> None:
 
 @pytest.mark.topologies
 def test_sigterm_ends_an_idle_wait_at_once_with_nothing_reserved(e: Env) -> None:
-    """The pop rides behind the blocking wait (tidings.queue.wakeup): SIGTERM ends the
+    """The pop rides behind the blocking wait (tidings.worker.wakeup): SIGTERM ends the
     wait with CLIENT UNBLOCK rather than sitting out --sleep, and leaves nothing reserved."""
     w = e.worker("--sleep", "30", name="idle-term")
     Record("warm-term").dispatch()

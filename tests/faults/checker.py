@@ -72,13 +72,13 @@ from tests.faults.fault_app import Callback, FailingMember, Flaky, Member, Rec  
 from tests.support import FaultProxy, RedisServer  # noqa: E402
 from tidings import App, Job, batch, chain  # noqa: E402
 from tidings.errors import QueueUnavailable  # noqa: E402
-from tidings.queue import scripts  # noqa: E402
-from tidings.queue.batch import BATCH_RECORD, BatchInfo  # noqa: E402
-from tidings.queue.job import PendingDispatch  # noqa: E402
-from tidings.queue.keys import BatchKeys  # noqa: E402
-from tidings.queue.once import PUSH_ONCE  # noqa: E402
-from tidings.queue.producer import prepare  # noqa: E402
-from tidings.queue.redis_queue import RedisQueue  # noqa: E402
+from tidings.redis import scripts
+from tidings.workflows.batch import BATCH_RECORD, BatchInfo  # noqa: E402
+from tidings.jobs.job import PendingDispatch  # noqa: E402
+from tidings.redis.keys import BatchKeys  # noqa: E402
+from tidings.moves.push_once import PUSH_ONCE  # noqa: E402
+from tidings.wire.compose import prepare  # noqa: E402
+from tidings.moves.queues import RedisQueue  # noqa: E402
 
 KEY = "checker-key-0123456789abcdef-0123456"
 MODULE = "tests.faults.fault_app"

@@ -29,7 +29,7 @@ from typing import Any
 import redis.asyncio
 
 from tidings import App, Job
-from tidings.queue.job import current_run
+from tidings.jobs.job import current_run
 
 _app: App | None = None
 _accounts: dict[int, redis.asyncio.Redis] = {}

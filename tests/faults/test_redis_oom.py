@@ -23,9 +23,9 @@ from tests.faults.conftest import Rig, figure
 from tests.faults.fault_app import Record
 from tests.support import RedisServer, wait_for
 from tidings.errors import QueueUnavailable
-from tidings.queue.broker import Broker
-from tidings.queue.connection import async_client
-from tidings.queue.redis_queue import RedisQueue
+from tidings.moves.consume import Broker
+from tidings.redis.clients import async_client
+from tidings.moves.queues import RedisQueue
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -25,8 +25,8 @@ import redis
 from tests.faults.conftest import figure
 from tests.support import wait_for
 from tests.support.topology import SentinelGroup
-from tidings.queue.connection import FOLLOW_EVERY_S, async_client, sync_client
-from tidings.queue.wakeup import Waiter
+from tidings.redis.clients import FOLLOW_EVERY_S, async_client, sync_client
+from tidings.worker.wakeup import Waiter
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -1,4 +1,4 @@
-"""The worker's checks of its Redis (tidings.queue.health), in-process and end to end.
+"""The worker's checks of its Redis (tidings.worker.health), in-process and end to end.
 
 Rows: F8 (persistence off is a WARNING), F12 (maxmemory-policy other than noeviction is a
 WARNING), Redis older than 6.2 is refused (exit 78), a data reset is logged, a server that
@@ -21,9 +21,9 @@ from tests.faults.conftest import Rig, exited, figure
 from tests.faults.fault_app import Record
 from tests.support import RedisServer, free_port, wait_for
 from tidings.errors import ConfigurationError
-from tidings.queue.connection import async_client
-from tidings.queue.health import Findings, ServerWatch, epoch_key, parse_version
-from tidings.queue.worker import EXIT_CONFIG
+from tidings.redis.clients import async_client
+from tidings.worker.health import Findings, ServerWatch, epoch_key, parse_version
+from tidings.worker.worker import EXIT_CONFIG
 
 pytestmark = pytest.mark.timeout(60)
 

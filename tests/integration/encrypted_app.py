@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from tidings import Job, Listener, ShouldQueue
 from tidings.notifications import Notifiable, Notification
-from tidings.queue.encryption import ShouldBeEncrypted
+from tidings.wire.encryption import ShouldBeEncrypted
 
 SEEN: list[Any] = []
 SECRET_EMAIL = "hidden.person.4711@example.org"

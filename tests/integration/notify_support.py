@@ -36,7 +36,7 @@ from tidings.notifications import (
     SmsMessage,
     WebhookMessage,
 )
-from tidings.queue.worker import Worker, WorkerOptions
+from tidings.worker.worker import Worker, WorkerOptions
 
 KEY = "notify-test-key-0123456789abcdef-xyz"
 SECRET = "whsec_" + base64.b64encode(b"tidings-notify-secret-32-bytes!!").decode()

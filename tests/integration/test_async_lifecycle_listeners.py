@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import pytest
 
 from tidings import App, Job
-from tidings.queue.events import JobFailed, JobProcessed, JobQueued, WorkerStopping
-from tidings.queue.worker import Worker, WorkerOptions
+from tidings.observability.lifecycle import JobFailed, JobProcessed, JobQueued, WorkerStopping
+from tidings.worker.worker import Worker, WorkerOptions
 
 KEY = "y" * 32
 SEEN: list[str] = []

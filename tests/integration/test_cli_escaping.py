@@ -70,7 +70,7 @@ def test_control_characters_are_escaped_on_every_cli_path(redis_url: str, prefix
         # And one whose name is not UTF-8 at all.
         r.hset(prefix.encode() + b":queue:{bad\xff\x9b}:jobs", "x", "y")
 
-        from tidings.queue.batch import batch
+        from tidings.workflows.batch import batch
 
         batch_id = batch([Hostile("in a batch")]).name(f"batch{EVIL}").allow_failures().dispatch()
         worker = cli(env, "--stop-when-empty", "--sleep", "0.2")

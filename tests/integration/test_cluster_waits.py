@@ -1,4 +1,4 @@
-"""Blocking waits on a real Redis Cluster (tidings.queue.wakeup): one per slot.
+"""Blocking waits on a real Redis Cluster (tidings.worker.wakeup): one per slot.
 
 The queues of a worker live in different slots (one hash tag per queue); a single BLPOP
 over their wake-up lists is refused with CROSSSLOT. A one-queue Waiter connects to the
@@ -18,12 +18,12 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import RedisClusterException, ResponseError
 
 from tests.support.topology import ClusterGroup
-from tidings.queue import scripts
-from tidings.queue.broker import Broker, pop_result
-from tidings.queue.connection import async_client
-from tidings.queue.redis_errors import is_transient
-from tidings.queue.redis_queue import RedisQueue
-from tidings.queue.wakeup import SlotWaits, Waiter, make_waiter
+from tidings.redis import scripts
+from tidings.moves.consume import Broker, pop_result
+from tidings.redis.clients import async_client
+from tidings.redis.errors import is_transient
+from tidings.moves.queues import RedisQueue
+from tidings.worker.wakeup import SlotWaits, Waiter, make_waiter
 
 from .test_lua_scripts import envelope
 

@@ -111,7 +111,7 @@ def test_models_load_by_key_in_a_thread(project: Path, redis_url: str, prefix: s
         call_command("migrate", verbosity=0)
         from accounts.models import User
         from tidings.contrib.django import get_app
-        from tidings.queue import serializer
+        from tidings.wire import serializer
         app = get_app()
         user = User.objects.create(email="ada@myapp.test", name="Ada")
         data = serializer.encode(user)
@@ -220,7 +220,7 @@ def test_notify_worker_finds_the_django_app(project: Path, redis_url: str, prefi
     out = _run(
         project,
         """
-        from tidings.cli import load_app
+        from tidings.cli.main import load_app
         from tidings.contrib.django import get_app
         print(load_app(None) is get_app())
     """,
@@ -269,7 +269,7 @@ def test_without_the_app_the_worker_says_what_to_add(
     settings = project / "djsite" / "settings.py"
     settings.write_text(settings.read_text().replace('"tidings.contrib.django",', ""))
     out = _run(project, """
-        from tidings.cli import load_app
+        from tidings.cli.main import load_app
         from tidings.errors import ConfigurationError
         try:
             load_app(None)

@@ -33,8 +33,8 @@ from tidings.app import BlockingDispatchWarning
 from tidings.contrib import sqlalchemy as tsa
 from tidings.contrib.models import use_sqlalchemy_sessions
 from tidings.errors import ModelNotFound, SerializationError
-from tidings.queue import serializer
-from tidings.queue.worker import Worker, WorkerOptions
+from tidings.wire import serializer
+from tidings.worker.worker import Worker, WorkerOptions
 
 KEY = "m" * 32
 SEEN: list[tuple[str, Any, str]] = []

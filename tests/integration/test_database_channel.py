@@ -30,7 +30,7 @@ from tests.support.mariadb import MariaDBServer, MySQLDatabase
 from tests.support.pg_database import PostgresCluster, TestDatabase
 from tests.support.procs import free_port
 from tidings import App
-from tidings.cli import main
+from tidings.cli.main import main
 from tidings.notifications import Notification, NotificationSent
 from tidings.notifications.channels.database import NotificationStore
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import redis
 
-from tidings.embedded import embedded_key, ensure_embedded
+from tidings.ops.embedded import embedded_key, ensure_embedded
 
 
 def test_embedded_directory_and_data_files_are_private(tmp_path: Path) -> None:

@@ -16,10 +16,10 @@ from click.testing import CliRunner
 from tests.integration import encrypted_app as m
 from tests.integration.notify_support import make_app, work
 from tidings import App, chain
-from tidings.cli import main
-from tidings.queue.job import PendingDispatch
-from tidings.queue.payload import seal
-from tidings.queue.producer import prepare
+from tidings.cli.main import main
+from tidings.jobs.job import PendingDispatch
+from tidings.wire.envelope import seal
+from tidings.wire.compose import prepare
 
 SECRETS = (m.SECRET_EMAIL.encode(), m.SECRET_SSN.encode(), b"glucose-9.9-mmol")
 K1 = "first-encryption-key-0123456789"

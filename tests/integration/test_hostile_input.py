@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidings import App, Job
-from tidings.queue.worker import Worker, WorkerOptions
+from tidings.worker.worker import Worker, WorkerOptions
 
 KEY = "hostile-input-test-key-0123456789"
 MODULE = __name__
@@ -152,7 +152,7 @@ def test_a_corrupt_counter_planted_while_the_job_runs_does_not_break_release(app
 
     job_id = Innocent("x").dispatch()
     # Reserve it by hand (as a worker's pop would), spoil both counters, then release.
-    from tidings.queue.broker import Broker
+    from tidings.moves.consume import Broker
 
     async def main() -> bool:
         broker = Broker(app.queue_for(None).aclient(), retry_after_s=30, max_bytes=1 << 20)
@@ -354,8 +354,8 @@ def test_failed_list_survives_records_that_are_json_but_not_objects(app: App) ->
 
 @pytest.mark.parametrize("field", ["pending", "processed", "failed", "callback"])
 def test_garbage_in_a_batch_does_not_strand_its_jobs(app: App, field: str) -> None:
-    from tidings.queue.batch import batch
-    from tidings.queue.keys import BatchKeys
+    from tidings.workflows.batch import batch
+    from tidings.redis.keys import BatchKeys
 
     batch_id = batch([Innocent("b1"), Innocent("b2")]).then(Innocent("then")).dispatch()
     r = app.queue_for(None).client
@@ -371,7 +371,7 @@ def test_garbage_in_a_batch_does_not_strand_its_jobs(app: App, field: str) -> No
 
 
 def test_garbage_in_the_restart_key_neither_stops_nor_restarts_a_worker(app: App) -> None:
-    from tidings.queue.keys import restart_key
+    from tidings.redis.keys import restart_key
 
     r = app.queue_for(None).client
     r.set(restart_key(app.settings.prefix), b"\xffnot-a-time")
@@ -401,7 +401,7 @@ class Limited(Job):
     tag: str
 
     def middleware(self) -> list[Any]:
-        from tidings.queue.limits import RateLimited, ThrottlesExceptions
+        from tidings.jobs.limits import RateLimited, ThrottlesExceptions
 
         return [RateLimited("hostile", per_second=1000, burst=10), ThrottlesExceptions(3, 60)]
 
@@ -411,7 +411,7 @@ class Limited(Job):
 
 @pytest.mark.parametrize("value", [b"abc", b"inf", b"nan", b"1e300", b"\xff"])
 def test_garbage_in_limit_state_does_not_fail_the_jobs_under_it(app: App, value: bytes) -> None:
-    from tidings.queue.keys import limit_key
+    from tidings.redis.keys import limit_key
 
     r = app.queue_for(None).client
     prefix = app.settings.prefix

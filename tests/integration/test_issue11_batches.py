@@ -22,9 +22,9 @@ from tests.integration.workflows_support import execs, start_worker, stop_all, w
 from tests.support import FaultProxy, Proc
 from tidings import App
 from tidings.errors import QueueUnavailable
-from tidings.queue.batch import BATCH_CREATE, BatchInfo, batch, list_batches, prune_batches
-from tidings.queue.batch_admin import BATCH_RETRY
-from tidings.queue.keys import BatchKeys
+from tidings.workflows.batch import BATCH_CREATE, BatchInfo, batch, list_batches, prune_batches
+from tidings.workflows.batch_admin import BATCH_RETRY
+from tidings.redis.keys import BatchKeys
 
 
 class ReplyProxy(FaultProxy):

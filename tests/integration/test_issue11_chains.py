@@ -17,7 +17,7 @@ from tests.integration.workflows_support import ROOT, execs, order, stop_all, wa
 from tests.support import Proc, python_cmd
 from tidings import App
 from tidings.errors import ConfigurationError, PayloadRejected
-from tidings.queue.chain import CallFunction, chain
+from tidings.workflows.chain import CallFunction, chain
 
 APP = "tests.integration.issue11_app:app"
 

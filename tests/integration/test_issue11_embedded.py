@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tidings.embedded import _answers, _lock_held, ensure_embedded
+from tidings.ops.embedded import _answers, _lock_held, ensure_embedded
 
 
 def _servers_on(directory: Path) -> set[int]:

@@ -12,8 +12,8 @@ import pytest
 
 from tests.integration.workflows_app import Tick, make_app
 from tidings import App
-from tidings.queue.keys import schedule_lease_key
-from tidings.queue.schedule import Scheduler
+from tidings.redis.keys import schedule_lease_key
+from tidings.workflows.schedule import Scheduler
 
 
 @pytest.fixture

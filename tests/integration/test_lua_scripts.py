@@ -20,14 +20,14 @@ import orjson
 import pytest
 import redis
 
-from tidings.queue import scripts
-from tidings.queue.broker import Broker, PopResult, Reserved
-from tidings.queue.connection import async_client
-from tidings.queue.keys import QueueKeys
-from tidings.queue.payload import JobBody, open_envelope, seal
-from tidings.queue.producer import new_id
-from tidings.queue.redis_queue import RedisQueue
-from tidings.queue.signing import Signer
+from tidings.redis import scripts
+from tidings.moves.consume import Broker, PopResult, Reserved
+from tidings.redis.clients import async_client
+from tidings.redis.keys import QueueKeys
+from tidings.wire.envelope import JobBody, open_envelope, seal
+from tidings.wire.compose import new_id
+from tidings.moves.queues import RedisQueue
+from tidings.wire.signing import Signer
 
 T = TypeVar("T")
 LEASE_S = 3.0

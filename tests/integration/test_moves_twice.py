@@ -17,10 +17,10 @@ import orjson
 import pytest
 
 from tests.integration.test_lua_scripts import envelope, held, k_of, pop, run
-from tidings.queue import scripts
-from tidings.queue.broker import Broker
-from tidings.queue.redis_queue import RedisQueue
-from tidings.queue.unique import UNIQUE_PUSH
+from tidings.redis import scripts
+from tidings.moves.consume import Broker
+from tidings.moves.queues import RedisQueue
+from tidings.workflows.unique import UNIQUE_PUSH
 
 
 @pytest.fixture

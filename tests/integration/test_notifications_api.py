@@ -38,7 +38,7 @@ from tidings.notifications import (
     route,
 )
 from tidings.notifications.channels.base import DeliveryResult
-from tidings.queue.worker import Worker
+from tidings.worker.worker import Worker
 
 AppFactory = Callable[..., App]
 

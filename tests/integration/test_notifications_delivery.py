@@ -30,7 +30,7 @@ from tests.integration.notify_support import (
 from tests.support.smtp import Recorder, SmtpServer
 from tidings import App
 from tidings.notifications import verify_webhook
-from tidings.queue.events import JobReleased
+from tidings.observability.lifecycle import JobReleased
 
 AppFactory = Callable[..., App]
 

@@ -32,10 +32,10 @@ import redis
 from tidings import App, Event, Listener, ShouldQueue, queued
 from tidings.errors import JobTimeout, MaxAttemptsExceeded, SerializationError
 from tidings.events.call_queued import CallQueuedListener
-from tidings.queue.events import JobFailed, JobProcessed, JobProcessing, JobQueued
-from tidings.queue.job import PendingDispatch
-from tidings.queue.payload import JobBody, open_envelope
-from tidings.queue.worker import Worker, WorkerOptions
+from tidings.observability.lifecycle import JobFailed, JobProcessed, JobProcessing, JobQueued
+from tidings.jobs.job import PendingDispatch
+from tidings.wire.envelope import JobBody, open_envelope
+from tidings.worker.worker import Worker, WorkerOptions
 
 KEY = "x" * 32
 RECEIVED: list[tuple[str, tuple[Any, ...]]] = []

@@ -21,9 +21,9 @@ import redis
 
 from tests.support import FaultProxy
 from tidings import App, Job
-from tidings.queue import scripts
-from tidings.queue.unique import UNIQUE_PUSH
-from tidings.queue.worker import Worker, WorkerOptions
+from tidings.redis import scripts
+from tidings.workflows.unique import UNIQUE_PUSH
+from tidings.worker.worker import Worker, WorkerOptions
 
 KEY = "seams-test-key-0123456789abcdef-01"
 MODULE = __name__

@@ -27,7 +27,7 @@ from click.testing import CliRunner
 
 from tests.support.http import Hit, HttpServer, Reply
 from tidings import App, ShouldQueue
-from tidings.cli import install_output, main
+from tidings.cli.main import install_output, main
 from tidings.notifications import (
     MailMessage,
     Notifiable,
@@ -39,7 +39,7 @@ from tidings.notifications.channels.mail import mail_transport_from_url
 from tidings.notifications.channels.sms import sms_transport_from_url
 from tidings.notifications.messages import RenderedMail
 from tidings.notifications.mime import build_email
-from tidings.queue.worker import Worker, WorkerOptions
+from tidings.worker.worker import Worker, WorkerOptions
 
 MODULE = __name__
 KEY = "secret-echo-app-key-0123456789abcdef"

@@ -1,4 +1,4 @@
-"""Sync handlers on the worker's job threads (tidings.queue.runner), against real Redis.
+"""Sync handlers on the worker's job threads (tidings.worker.threads), against real Redis.
 
 The runner hands sync jobs to long-lived threads in batches: these check, through a
 real Worker, what a thread pool gave for free. A sync job that blocks does not hold up
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tidings import App, Job
-from tidings.queue.worker import Worker, WorkerOptions
+from tidings.worker.worker import Worker, WorkerOptions
 
 KEY = "sync-runner-test-key-0123456789abcdef"
 RUNS: list[tuple[Any, ...]] = []

@@ -1,4 +1,4 @@
-"""The blocking wait that carries a pop (tidings.queue.wakeup), against a real Redis.
+"""The blocking wait that carries a pop (tidings.worker.wakeup), against a real Redis.
 
 A wake-up must deliver reserved jobs in the same reply; a wait ended by ``interrupt``
 must still hand back what its pop reserved (never leave it to sit out a lease); a
@@ -15,11 +15,11 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.support.topology import client_for_url
-from tidings.queue import scripts
-from tidings.queue.broker import Broker, PopResult, pop_result
-from tidings.queue.connection import async_client
-from tidings.queue.redis_queue import RedisQueue
-from tidings.queue.wakeup import Waiter, make_waiter
+from tidings.redis import scripts
+from tidings.moves.consume import Broker, PopResult, pop_result
+from tidings.redis.clients import async_client
+from tidings.moves.queues import RedisQueue
+from tidings.worker.wakeup import Waiter, make_waiter
 
 from .test_lua_scripts import envelope
 

@@ -27,7 +27,7 @@ from tidings.notifications import (
     verify_webhook,
 )
 from tidings.notifications.webhooks import WebhookVerificationError
-from tidings.queue.worker import Worker, WorkerOptions
+from tidings.worker.worker import Worker, WorkerOptions
 
 MODULE = __name__
 KEY = "endpoint-secrets-key-0123456789abcdef"

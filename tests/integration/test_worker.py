@@ -27,7 +27,7 @@ import orjson
 import pytest
 import redis
 
-import tidings.cli  # noqa: F401 - imported up front so the sys.modules snapshots are stable
+import tidings.cli.main  # noqa: F401 - imported up front so the sys.modules snapshots are stable
 from tests.support import RedisServer, free_port
 from tidings import App, Job, chain
 from tidings.errors import (
@@ -35,12 +35,12 @@ from tidings.errors import (
     QueueUnavailable,
     SerializationError,
 )
-from tidings.queue.events import JobFailed, JobProcessed, JobReleased
-from tidings.queue.middleware import release_uncounted
-from tidings.queue.payload import JobBody, seal
-from tidings.queue.producer import new_id
-from tidings.queue.signing import Signer
-from tidings.queue.worker import EXIT_STUCK, MAX_EXCEPTION_TEXT, Worker, WorkerOptions
+from tidings.observability.lifecycle import JobFailed, JobProcessed, JobReleased
+from tidings.jobs.middleware import release_uncounted
+from tidings.wire.envelope import JobBody, seal
+from tidings.wire.compose import new_id
+from tidings.wire.signing import Signer
+from tidings.worker.worker import EXIT_STUCK, MAX_EXCEPTION_TEXT, Worker, WorkerOptions
 
 KEY = "worker-test-key-0123456789abcdef"
 MODULE = __name__
@@ -622,13 +622,13 @@ def test_bad_payloads_go_to_the_failed_store_and_import_nothing(
         ("canary", "canary_mod:Boom"),
         ("no-such-job", "no.such.job:Job"),
         ("xml-outside", "xml.dom.minidom:Document"),
-        ("re-exported-module", "tidings.cli:os.system"),
+        ("re-exported-module", "tidings.cli.main:os.system"),
         ("not-a-job", f"{MODULE}:NotAJob"),
         ("missing-class", f"{MODULE}:NoSuchJob"),
     ]:
         jid, env = _signed(app, path, good_data)
         add(name, jid, env, "unknown job type")
-    attack = {"__t": "enum", "c": "tidings.cli:os.system", "v": f"touch {pwned}"}
+    attack = {"__t": "enum", "c": "tidings.cli.main:os.system", "v": f"touch {pwned}"}
     jid, env = _signed(
         app, f"{MODULE}:Record", {"__t": "dc", "c": f"{MODULE}:Record", "f": {"tag": attack}}
     )

@@ -24,8 +24,8 @@ from tests.integration.workflows_app import (
 from tests.integration.workflows_support import execs, order, start_worker, stop_all, wait_until
 from tests.support import Proc
 from tidings import App, CallQueuedListener, chain
-from tidings.queue.once import push_once
-from tidings.queue.producer import new_id
+from tidings.moves.push_once import push_once
+from tidings.wire.compose import new_id
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_redelivered_link_does_not_push_the_next_one_again(
     w2 = start_worker(spawn_proc, url, prefix, "--tries", "3", name="w2")
     # a comes back after its lease (retry_after = 2 s) expires. b runs at once, or, when
     # w1's idle wait had already reserved it as w1 died (a wake-up carries a pop, see
-    # tidings.queue.wakeup), after the same lease: either way once, and before c.
+    # tidings.worker.wakeup), after the same lease: either way once, and before c.
     wait_until(lambda: execs(redis_client, prefix).get("a") == 2, 20, "a re-delivered", w2)
     wait_until(lambda: _idle(app), 10, "queue drained", w2)
     assert execs(redis_client, prefix) == {"a": 2, "b": 1, "c": 1}

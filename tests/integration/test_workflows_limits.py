@@ -29,7 +29,7 @@ from tidings import App, Listener
 from tidings.events.call_queued import CallQueuedListener
 from tidings.notifications import Notification
 from tidings.notifications.queued import SendQueuedNotification
-from tidings.queue.limits import RateLimited, Skip
+from tidings.jobs.limits import RateLimited, Skip
 
 RATE = 10.0
 JOBS = 60

@@ -18,8 +18,8 @@ from tests.integration.workflows_app import Tick, make_app
 from tests.integration.workflows_support import start_worker, stop_all, wait_until
 from tests.support import Proc
 from tidings import App
-from tidings.queue.keys import schedule_lease_key
-from tidings.queue.schedule import Schedule, make_schedule
+from tidings.redis.keys import schedule_lease_key
+from tidings.workflows.schedule import Schedule, make_schedule
 
 
 @pytest.fixture

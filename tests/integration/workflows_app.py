@@ -18,8 +18,8 @@ from typing import Any
 import redis
 
 from tidings import App, Job, Listener, ShouldQueue, _current
-from tidings.queue.limits import RateLimited, Skip, ThrottlesExceptions, WithoutOverlapping
-from tidings.queue.payload import JobBody
+from tidings.jobs.limits import RateLimited, Skip, ThrottlesExceptions, WithoutOverlapping
+from tidings.wire.envelope import JobBody
 
 KEY = "k" * 32
 

@@ -20,7 +20,7 @@ import pytest
 from tests.observe.dash_app import Flaky, Quick
 from tests.support import Proc, wait_for
 from tidings import App
-from tidings.cli_observe import clean, plural
+from tidings.cli.observe import clean, plural
 from tidings.dashboard.redaction import mask_url
 
 ROOT = Path(__file__).resolve().parents[2]

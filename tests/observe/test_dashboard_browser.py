@@ -25,7 +25,7 @@ from tests.observe.dash_app import Flaky, Hostile, Quick
 from tests.support import Proc, free_port, wait_for
 from tidings import App, batch
 from tidings.errors import BlockingDispatchWarning
-from tidings.metrics import series, summed
+from tidings.observability.metrics import series, summed
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "dashboard"

@@ -46,7 +46,7 @@ def app(redis_url: str, prefix: str) -> Iterator[App]:
 
 def failed_job(app: App) -> str:
     """Put one job straight into the failed store (through the real fail script)."""
-    import tidings.queue.worker as w
+    import tidings.worker.worker as w
 
     job_id = Flaky("x").dispatch()
     assert job_id
@@ -227,7 +227,7 @@ def test_garbage_in_metrics_keys_breaks_nothing(app: App, redis_url: str, prefix
     """Hand-written junk in every structure the dashboard and the CLI read."""
     import time as _time
 
-    from tidings.metrics import minute_of
+    from tidings.observability.metrics import minute_of
 
     rq = app.queue_for(None)
     r = rq.client

@@ -1,7 +1,7 @@
 """Per-job measurements in Redis: minute buckets, totals, per-job timings, heartbeats.
 
 An in-process Worker (real redis-server) runs jobs that succeed, fail and release;
-the test reads back what :mod:`tidings.metrics` wrote and checks every structure it
+the test reads back what :mod:`tidings.observability.metrics` wrote and checks every structure it
 reads has a TTL (bounded) except the per-class totals, whose size it checks.
 """
 
@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from tidings import App, Job
-from tidings.metrics import (
+from tidings.observability.metrics import (
     JOB_TIMING_CAP,
     MAX_CLASSES,
     OTHER,
@@ -27,8 +27,8 @@ from tidings.metrics import (
     summed,
     totals,
 )
-from tidings.queue.events import JobProcessed, JobProcessing
-from tidings.queue.worker import Worker, WorkerOptions
+from tidings.observability.lifecycle import JobProcessed, JobProcessing
+from tidings.worker.worker import Worker, WorkerOptions
 
 KEY = "metrics-test-key-0123456789abcdef"
 MODULE = __name__
@@ -189,7 +189,7 @@ def test_a_lost_lease_counts_as_stalled_for_its_class(
 ) -> None:
     from types import SimpleNamespace
 
-    from tidings.queue.events import ReservationLost
+    from tidings.observability.lifecycle import ReservationLost
 
     envelope = b'{"sig":"' + b"0" * 64 + b'","body":{"displayName":"Mailer"}}'
     worker = SimpleNamespace(_running={"j1": SimpleNamespace(reserved=SimpleNamespace(

@@ -22,9 +22,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tidings import App, Event, Job, Listener, ShouldQueue, tracing
+from tidings import App, Event, Job, Listener, ShouldQueue
+from tidings.observability import tracing
 from tidings.notifications import Notifiable, Notification
-from tidings.queue.worker import Worker, WorkerOptions
+from tidings.worker.worker import Worker, WorkerOptions
 
 KEY = "tracing-test-key-0123456789abcdef"
 MODULE = __name__
@@ -152,8 +153,9 @@ def test_a_failing_job_span_says_so(app: App, spans: InMemorySpanExporter) -> No
 NO_OTEL = """
 import sys
 sys.modules["opentelemetry"] = None  # as if the extra were not installed
-from tidings import Job, tracing
-from tidings.queue.producer import build_body
+from tidings import Job
+from tidings.observability import tracing
+from tidings.wire.compose import build_body
 class J(Job):
     pass
 J.__module__ = "tidings.x"

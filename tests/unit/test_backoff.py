@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tidings.errors import ConfigurationError
-from tidings.queue.backoff import Exponential, delay_for, encode_backoff
+from tidings.jobs.backoff import Exponential, delay_for, encode_backoff
 
 
 @pytest.mark.parametrize(

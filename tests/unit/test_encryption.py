@@ -8,7 +8,7 @@ import base64
 import pytest
 
 from tidings.errors import ConfigurationError, PayloadRejected
-from tidings.queue.encryption import (
+from tidings.wire.encryption import (
     Keyring,
     aad_for,
     encrypted_key_id,

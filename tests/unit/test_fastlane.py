@@ -7,7 +7,7 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.queue.fastlane import _bulk, pack
+from tidings.redis.fastpath import _bulk, pack
 
 args = st.lists(
     st.one_of(

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tidings import redaction
+from tidings.observability import redaction
 from tidings.errors import ValidationError
 from tidings.notifications.channels.base import shorten
 from tidings.notifications.messages import MAX_ATTACHMENT_BYTES, MailMessage, RenderedMail
 from tidings.notifications.mime import MAX_MESSAGE_BYTES, build_email
 from tidings.notifications.webhooks import WebhookVerificationError, sign, verify_webhook
-from tidings.terminal import escape, escape_json
+from tidings.observability.terminal import escape, escape_json
 
 SECRET = "unit-redaction-secret-Zq9!x/y"
 
@@ -190,7 +190,7 @@ def test_the_whole_message_has_a_limit() -> None:
 
 
 def test_the_key_file_is_created_once_under_a_race(tmp_path: Path) -> None:
-    from tidings.embedded import embedded_key
+    from tidings.ops.embedded import embedded_key
 
     for round_ in range(40):
         home = tmp_path / f"r{round_}"
@@ -222,7 +222,7 @@ def test_the_key_file_is_created_once_under_a_race(tmp_path: Path) -> None:
 
 
 def test_an_existing_world_readable_home_is_tightened(tmp_path: Path) -> None:
-    from tidings.embedded import embedded_key
+    from tidings.ops.embedded import embedded_key
 
     home = tmp_path / "home"
     home.mkdir(mode=0o755)
@@ -258,8 +258,8 @@ def test_signatures_bind_the_queue_and_legacy_ones_expire() -> None:
     import orjson
 
     from tidings.errors import PayloadRejected
-    from tidings.queue.payload import LEGACY_SIGNATURE_WINDOW_S, open_envelope, seal
-    from tidings.queue.signing import Signer
+    from tidings.wire.envelope import LEGACY_SIGNATURE_WINDOW_S, open_envelope, seal
+    from tidings.wire.signing import Signer
 
     key = b"k" * 32
     signer = Signer([key])

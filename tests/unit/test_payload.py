@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidings.errors import ConfigurationError, PayloadRejected, PayloadTooLarge, SerializationError
-from tidings.queue.payload import JobBody, open_envelope, seal
-from tidings.queue.signing import Signer, parse_keys
+from tidings.wire.envelope import JobBody, open_envelope, seal
+from tidings.wire.signing import Signer, parse_keys
 
 KEY = b"k" * 32
 OTHER = b"o" * 32
@@ -325,7 +325,7 @@ def test_job_ids_are_unique_in_forked_children() -> None:
     """The id generator is reseeded after fork: a parent and its child never repeat."""
     import os
 
-    from tidings.queue.producer import new_id
+    from tidings.wire.compose import new_id
 
     read, write = os.pipe()
     pid = os.fork()

@@ -16,7 +16,7 @@ from tests.unit.test_serializer import resolve
 from tidings.events.call_queued import CallQueuedListener
 from tidings.notifications.messages import Attachment, RenderedMail, SmsMessage, WebhookMessage
 from tidings.notifications.queued import SendQueuedNotification
-from tidings.queue.serializer import class_path, decode, encode
+from tidings.wire.serializer import class_path, decode, encode
 
 STABLE = [
     (Attachment, "tidings.notifications.messages:Attachment"),

@@ -1,4 +1,4 @@
-"""Which Redis errors are transient (tidings.queue.redis_errors), on every topology."""
+"""Which Redis errors are transient (tidings.redis.errors), on every topology."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from redis.exceptions import (
 )
 
 from tidings.errors import QueueUnavailable
-from tidings.queue.redis_errors import REDIS_ERRORS, is_transient
-from tidings.queue.redis_queue import unavailable_guard
+from tidings.redis.errors import REDIS_ERRORS, is_transient
+from tidings.moves.queues import unavailable_guard
 
 
 @pytest.mark.parametrize(

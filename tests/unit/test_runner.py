@@ -1,4 +1,4 @@
-"""SyncRunner (tidings.queue.runner): the threads sync handlers run on, on a real loop.
+"""SyncRunner (tidings.worker.threads): the threads sync handlers run on, on a real loop.
 
 What it must keep from a thread pool while handing jobs over in batches: results and
 exceptions reach the awaiting task, each call runs in the context it was submitted
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tidings.queue.runner import HANDOVER_S, STALL_S, Overran, SyncRunner
+from tidings.worker.threads import HANDOVER_S, STALL_S, Overran, SyncRunner
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
 

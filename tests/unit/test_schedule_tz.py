@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from tidings import Job
-from tidings.queue.schedule import Schedule, make_schedule
+from tidings.workflows.schedule import Schedule, make_schedule
 
 UTC = dt.UTC
 

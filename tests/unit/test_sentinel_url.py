@@ -1,4 +1,4 @@
-"""``redis+sentinel://`` URLs (tidings.queue.connection.parse_sentinel_url); the failover
+"""``redis+sentinel://`` URLs (tidings.redis.clients.parse_sentinel_url); the failover
 itself is tested in tests/faults/test_failover.py."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tidings.errors import ConfigurationError
-from tidings.queue.connection import parse_sentinel_url
+from tidings.redis.clients import parse_sentinel_url
 
 
 def test_other_schemes_are_not_sentinel() -> None:

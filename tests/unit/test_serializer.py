@@ -19,8 +19,8 @@ import pytest
 
 from tidings import Job
 from tidings.errors import SerializationError
-from tidings.queue import serializer
-from tidings.queue.serializer import class_path, decode, encode
+from tidings.wire import serializer
+from tidings.wire.serializer import class_path, decode, encode
 
 
 def resolve(path: str) -> type[Any]:

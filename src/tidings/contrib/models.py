@@ -22,7 +22,7 @@ import sys
 from typing import Any
 
 from tidings.errors import ModelNotFound, PayloadRejected, SerializationError
-from tidings.queue.serializer import class_path, register_extension
+from tidings.wire.serializer import class_path, register_extension
 
 
 class DjangoModels:

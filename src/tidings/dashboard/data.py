@@ -11,11 +11,11 @@ from typing import Any
 
 import orjson
 
-from tidings import metrics
 from tidings.dashboard.redaction import app_secrets, redact_value
-from tidings.metrics import Counts, JobTiming
-from tidings.queue.encryption import encrypted_key_id
-from tidings.redaction import redact
+from tidings.observability import metrics
+from tidings.observability.metrics import Counts, JobTiming
+from tidings.observability.redaction import redact
+from tidings.wire.encryption import encrypted_key_id
 
 FAILED_SCAN = 2000
 FAILED_PAGE = 100
@@ -143,7 +143,7 @@ class Reader:
         return state, timing
 
     def batches(self, limit: int = 50) -> list[Any]:
-        from tidings.queue.batch_admin import list_batches
+        from tidings.workflows.batch_admin import list_batches
 
         return list_batches(self.app, limit)
 

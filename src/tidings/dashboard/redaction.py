@@ -1,6 +1,7 @@
 """The one place the dashboard removes secrets from job data before showing it.
 
-Text goes through the project's one redaction helper, :func:`tidings.redaction.redact`;
+Text goes through the project's one redaction helper,
+:func:`tidings.observability.redaction.redact`;
 :func:`redact_value` applies it to a JSON value and blanks credential-named keys.
 """
 
@@ -10,8 +11,8 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from tidings.redaction import REDACTED, redact
-from tidings.redaction import mask_url as mask_url  # re-exported (older imports)
+from tidings.observability.redaction import REDACTED, redact
+from tidings.observability.redaction import mask_url as mask_url  # re-exported (older imports)
 
 # Keys whose values are credentials whatever they hold (matched case-insensitively,
 # anywhere in the key: ``smtp_password``, ``X-Api-Key``, ``access_token``...).

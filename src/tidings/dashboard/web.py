@@ -28,7 +28,7 @@ from tidings.dashboard.security import (
     csrf_ok,
     new_csrf_token,
 )
-from tidings.metrics import Counts
+from tidings.observability.metrics import Counts
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -203,7 +203,7 @@ class Dashboard:
                            status=200 if state else 404)  # fmt: skip
 
     def metrics(self, request: Request) -> Response:
-        from tidings.prometheus import dashboard_text
+        from tidings.observability.prometheus import dashboard_text
 
         body, content_type = dashboard_text(self.reader.app)
         return Response(body, media_type=content_type)

@@ -9,8 +9,8 @@ from typing import Any
 from tidings import _current
 from tidings.errors import PayloadRejected
 from tidings.events.listener import Listener, QueuedFunction
-from tidings.queue.job import Job
-from tidings.queue.serializer import class_path
+from tidings.jobs.job import Job
+from tidings.wire.serializer import class_path
 
 
 @dataclass

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings import _current
+from tidings.jobs.job import Job
 from tidings.notifications.notification import Notification
-from tidings.queue.job import Job
 
 
 @dataclass
@@ -36,7 +36,7 @@ class SendQueuedNotification(Job):
 
     def middleware(self) -> list[Any]:
         """The channel's rate limit (``app.rate_limit``), then the notification's middleware."""
-        from tidings.queue.limits import channel_limits
+        from tidings.jobs.limits import channel_limits
 
         return [*channel_limits(self.channel), *self.notification.middleware()]
 

@@ -13,13 +13,13 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tidings import tracing
 from tidings.events.listener import ShouldQueue
+from tidings.jobs.job import PendingDispatch, delay_seconds
 from tidings.notifications.channels.manager import ChannelManager
 from tidings.notifications.events import NotificationFailed, NotificationSending, NotificationSent
 from tidings.notifications.notification import Notification
 from tidings.notifications.queued import SendQueuedNotification
-from tidings.queue.job import PendingDispatch, delay_seconds
+from tidings.observability import tracing
 
 log = logging.getLogger("tidings.notifications")
 

@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
 from tidings import _clock
-from tidings import redaction as _redaction
-from tidings.redaction import REDACTED
+from tidings.observability import redaction as _redaction
+from tidings.observability.redaction import REDACTED
 
 __all__ = [
     "MAX_RETRY_AFTER_S",
@@ -60,7 +60,7 @@ class DeliveryResult:
 def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     """Remove secrets from ``text`` before it is logged or raised.
 
-    The one redaction helper, :func:`tidings.redaction.redact`: ``secrets`` plus every
+    The one redaction helper, :func:`tidings.observability.redaction.redact`: ``secrets`` plus every
     secret registered in the process, verbatim, URL-encoded, hex and base64 (also inside
     a longer base64 run, as in SMTP ``AUTH PLAIN``), and whatever looks like an
     Authorization value, a Basic/Bearer token, a ``whsec_`` secret or URL userinfo.

@@ -48,7 +48,7 @@ from tidings.errors import (
     ValidationError,
 )
 from tidings.notifications.channels.base import DeliveryResult
-from tidings.redaction import clean
+from tidings.observability.redaction import clean
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -375,7 +375,7 @@ class NotificationStore:
         """A driver error as a channel error: connection trouble retries, bad data fails.
         The text is redacted (no password) and shortened."""
         sa_ = _sqlalchemy()
-        # Redact, then cut (tidings.redaction.clean): a password across the cut must
+        # Redact, then cut (tidings.observability.redaction.clean): a password across the cut must
         # not survive in part.
         text = clean(f"{type(exc).__name__}: {getattr(exc, 'orig', None) or exc}", 300,
                      self._secrets)  # fmt: skip

@@ -43,7 +43,6 @@ from typing import Literal, Protocol
 import aiosmtplib
 from aiosmtplib.email import flatten_message, parse_address
 
-from tidings import redaction
 from tidings.errors import (
     ChannelError,
     ConfigurationError,
@@ -61,6 +60,7 @@ from tidings.notifications.channels.base import (
 from tidings.notifications.mime import flatten_for_smtp, prepare_envelope
 from tidings.notifications.net import dns_error
 from tidings.notifications.validation import validate_sender
+from tidings.observability import redaction
 
 __all__ = [
     "FileMailTransport",

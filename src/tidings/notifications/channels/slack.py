@@ -55,7 +55,7 @@ from tidings.notifications.net import (
     read_capped,
     resolve_target,
 )
-from tidings.redaction import clean
+from tidings.observability.redaction import clean
 
 __all__ = ["SlackChannel", "SlackMessage", "SlackTransport", "slack_transport_from_url"]
 

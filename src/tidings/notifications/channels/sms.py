@@ -23,7 +23,6 @@ from typing import Any, Protocol
 
 import httpx
 
-from tidings import redaction
 from tidings.errors import (
     ChannelError,
     ConfigurationError,
@@ -45,6 +44,7 @@ from tidings.notifications.validation import (
     validate_e164,
     validate_header,
 )
+from tidings.observability import redaction
 
 __all__ = [
     "HttpSmsTransport",

@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 import orjson
 
-from tidings import _clock, redaction
+from tidings import _clock
 from tidings.errors import (
     ChannelError,
     PermanentChannelError,
@@ -60,6 +60,7 @@ from tidings.notifications.net import (
 )
 from tidings.notifications.validation import validate_delivery_id, validate_header
 from tidings.notifications.webhooks import decode_secret, sign
+from tidings.observability import redaction
 
 __all__ = ["WebhookGoneError", "WebhookTransport"]
 

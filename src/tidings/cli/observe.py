@@ -1,0 +1,264 @@
+"""The observing side of ``notify-worker``: banner, ``--version``, ``dashboard``,
+``workers``, ``monitor --watch``, JSON log lines, plurals.
+
+Plain functions that :mod:`tidings.cli.main` calls, so the worker's own CLI stays small.
+Every text that comes from Redis or job data goes through :func:`clean` before it
+reaches a terminal.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+import orjson
+
+from tidings._version import __version__
+from tidings.observability.redaction import mask_url, redact
+from tidings.observability.terminal import EscapingFormatter, escape_json
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F) if c not in (0x0A,)}
+_CONTROL |= {c: f"\\x{c:02x}" for c in range(0x80, 0xA0)}
+
+
+def clean(text: object) -> str:
+    """``text`` with control characters escaped (no terminal escapes from job data)."""
+    return str(text).translate(_CONTROL).replace("\n", "\\n")
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """``1 job``, ``2 jobs``."""
+    return f"{n} {word if n == 1 else (words or word + 's')}"
+
+
+_utc_cache: tuple[int, str] = (-1, "")
+
+
+def utc_stamp() -> str:
+    """UTC ISO-8601 to the second (``2026-11-24T18:55:01Z``), formatted once a second."""
+    global _utc_cache
+    now = int(time.time())
+    if _utc_cache[0] != now:
+        _utc_cache = (now, dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return _utc_cache[1]
+
+
+def child_tag() -> str:
+    """``[2:4711] `` in a supervised child (its number and pid), else empty."""
+    slot = os.environ.get("TIDINGS_CHILD")
+    return f"[{slot}:{os.getpid()}] " if slot else ""
+
+
+def _iso_ms(t: float) -> str:
+    stamp = dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
+
+
+def child_number() -> int:
+    """The supervised child's number (1..N), 0 when not supervised."""
+    slot = os.environ.get("TIDINGS_CHILD", "")
+    return int(slot) if slot.isdigit() else 0
+
+
+def child_fields() -> dict[str, int | str]:
+    """``{"child": 2, "pid": 4711}`` in a supervised child (for JSON lines), else empty."""
+    slot = os.environ.get("TIDINGS_CHILD")
+    if not slot:
+        return {}
+    return {"child": int(slot) if slot.isdigit() else slot, "pid": os.getpid()}
+
+
+class JsonFormatter(logging.Formatter):
+    """Log records as one JSON object a line, with a UTC ISO-8601 time."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": _iso_ms(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": redact(record.getMessage()),
+        }
+        out.update(child_fields())
+        if record.exc_info:
+            out["exception"] = redact(self.formatException(record.exc_info))
+        # Messages carry job data and remote replies: terminal-safe, same JSON data.
+        return escape_json(orjson.dumps(out).decode())
+
+
+def setup_logging(*, json_logs: bool) -> None:
+    """Root logging for a worker: JSON lines, or text prefixed with the child tag."""
+    handler = logging.StreamHandler()
+    if json_logs:
+        handler.setFormatter(JsonFormatter())
+    else:
+        # Redacts secrets and escapes control characters from job data (issue 12).
+        handler.setFormatter(EscapingFormatter(
+            f"{child_tag()}%(asctime)s %(levelname)s %(name)s: %(message)s"))  # fmt: skip
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def _processes(opts: dict[str, Any]) -> int:
+    """Worker processes in this deployment: the supervisor's N in its children."""
+    n = os.environ.get("TIDINGS_CHILDREN", "")
+    return int(n) if n.isdigit() else int(opts.get("processes") or 1)
+
+
+def banner_lines(app: Any, opts: dict[str, Any], queues: list[str]) -> list[str]:
+    """The worker's start-up banner: what it runs on, with every secret masked."""
+    s = app.settings
+    redis_text = mask_url(s.redis_url)
+    if s.embedded:
+        redis_text += "  (embedded: no TIDINGS_REDIS_URL set, started from ./.tidings)"
+    lines = [
+        f"tidings {__version__} worker, pid {os.getpid()}",
+        f"  redis:       {redis_text}",
+        f"  prefix:      {s.prefix}",
+        f"  queues:      {', '.join(queues)} (in priority order)",
+        f"  concurrency: {opts.get('concurrency')}   processes: {_processes(opts)}",
+        f"  modules:     {', '.join(s.allowed_modules)}",
+        f"  mail:        {mask_url(s.mail_url)}",
+        f"  sms:         {mask_url(s.sms_url)}",
+        f"  metrics:     {'on' if s.metrics else 'off'}"
+        + (f", Prometheus on :{opts['metrics_port']}" if opts.get("metrics_port") else ""),
+    ]
+    return [clean(line) for line in lines]
+
+
+def print_banner(app: Any, opts: dict[str, Any], queues: list[str], *, json_logs: bool) -> None:
+    if json_logs:
+        s = app.settings
+        record = {
+            "time": utc_stamp(),
+            "status": "Starting",
+            "version": __version__,
+            "pid": os.getpid(),
+            "redis": mask_url(s.redis_url),
+            "embedded": s.embedded,
+            "queues": queues,
+            "concurrency": opts.get("concurrency"),
+            "processes": _processes(opts),
+            "allowed_modules": list(s.allowed_modules),
+            "mail": mask_url(s.mail_url),
+            "sms": mask_url(s.sms_url),
+            **child_fields(),
+        }
+        sys.stdout.write(orjson.dumps(record).decode() + "\n")
+    else:
+        tag = child_tag()
+        sys.stdout.write("".join(f"{tag}{line}\n" for line in banner_lines(app, opts, queues)))
+    sys.stdout.flush()
+
+
+# -- subcommands ---------------------------------------------------------------------------
+
+
+def _num(value: Any) -> int:
+    try:
+        return round(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+def _age(ts: Any) -> str:
+    try:
+        s = max(0.0, time.time() - float(ts))
+    except (TypeError, ValueError):
+        return "?"
+    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m"
+
+
+def register(main: click.Group, load: Callable[[click.Context], Any]) -> None:
+    """Add ``dashboard`` and ``workers`` to ``notify-worker``."""
+
+    @main.command()
+    @click.option("--json", "as_json", is_flag=True, help="One JSON array of heartbeats.")
+    @click.pass_context
+    def workers(ctx: click.Context, as_json: bool) -> None:
+        """List live workers (as the dashboard shows them)."""
+        from tidings.observability.metrics import live_workers
+
+        rq = load(ctx).queue_for(None)
+        beats = live_workers(rq.client, rq.prefix)
+        if as_json:
+            click.echo(orjson.dumps(beats).decode())
+            return
+        if not beats:
+            click.echo("No live workers.")
+            return
+        click.echo(
+            f"{'host':<24} {'pid':>7} {'queues':<24} {'conc':>5} {'running':>7} "
+            f"{'processed':>9} {'rss':>8} {'beat':>5}"
+        )
+        for b in beats:
+            raw_queues = b.get("queues")
+            queues = ",".join(str(q) for q in raw_queues) if isinstance(raw_queues, list) else ""
+            nums = [_num(b.get(k)) for k in ("pid", "concurrency", "running", "processed")]
+            click.echo(clean(
+                f"{str(b.get('host'))[:24]:<24} {nums[0]:>7} {queues[:24]:<24} "
+                f"{nums[1]:>5} {nums[2]:>7} {nums[3]:>9} "
+                f"{_num(b.get('rss_mb')):>6}MB {_age(b.get('beat_at')):>5}"))  # fmt: skip
+        click.echo(plural(len(beats), "live worker"))
+
+    @main.command()
+    @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+    @click.option("--port", default=8765, show_default=True, help="Port to bind.")
+    @click.option("--token", default=None, help="Access token (better: TIDINGS_DASHBOARD_TOKEN).")
+    @click.pass_context
+    def dashboard(ctx: click.Context, host: str, port: int, token: str | None) -> None:
+        """Serve the web dashboard (needs: pip install 'tidings[dashboard]')."""
+        try:
+            import uvicorn
+
+            from tidings.dashboard import Auth, check_bind, create_app
+        except ImportError as exc:
+            raise click.ClickException(
+                f"the dashboard needs its extra: pip install 'tidings[dashboard]' ({exc})"
+            ) from None
+        from tidings.errors import ConfigurationError
+
+        auth = Auth.from_env(token)
+        try:
+            check_bind(host, auth)
+        except ConfigurationError as exc:
+            raise click.ClickException(str(exc)) from None
+        app = load(ctx)
+        web = create_app(app, auth=auth)
+        shown = f"[{host}]" if ":" in host else host
+        click.echo(f"tidings {__version__} dashboard on http://{shown}:{port}/ "
+                   f"(redis {clean(mask_url(app.settings.redis_url))}; "
+                   f"auth: {'on' if auth.configured else 'off, loopback only'})")  # fmt: skip
+        uvicorn.run(web, host=host, port=port, log_level="warning", access_log=False)
+
+
+def monitor_watch(read: Callable[[], dict[str, dict[str, int]]], interval_s: float) -> None:
+    """``monitor --watch``: a live table of the queues until Ctrl-C."""
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+    from rich.text import Text
+
+    def table() -> Table:
+        t = Table(title=f"tidings queues · {utc_stamp()} · every {interval_s:g}s (Ctrl-C quits)")
+        for col in ("queue", "ready", "delayed", "reserved", "failed"):
+            t.add_column(col, justify="left" if col == "queue" else "right")
+        for name, s in read().items():
+            cells = [Text(str(s[k])) for k in ("ready", "delayed", "reserved", "failed")]
+            t.add_row(Text(clean(name)), *cells)
+        return t
+
+    console = Console()
+    try:
+        with Live(table(), console=console, refresh_per_second=4, transient=False) as live:
+            while True:
+                time.sleep(interval_s)
+                live.update(table())
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,648 @@
+"""One Redis connection's queues: the producer's pushes and the operator's commands.
+
+The worker's moves (pop, ack, release, fail, extend) live in :mod:`tidings.moves.consume`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis
+import redis.asyncio
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    NoScriptError,
+    OutOfMemoryError,
+    ResponseError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from tidings.errors import QueueUnavailable
+from tidings.redis import scripts
+from tidings.redis.clients import async_client, sync_client
+from tidings.redis.errors import REDIS_ERRORS, is_transient
+from tidings.redis.fastpath import FastLane
+from tidings.redis.keys import QueueKeys, queue_pattern, restart_key
+
+_UNAVAILABLE = REDIS_ERRORS
+DONE_KEEP_MS = 3600 * 1000
+DONE_MAX = 100_000
+
+
+def _key_text(key: object) -> str:
+    # Key names written by hand may not be UTF-8 (issue 12): list them, escaped.
+    return key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else str(key)
+
+
+@dataclass(frozen=True, slots=True)
+class FailedJob:
+    """One record of the failed store."""
+
+    id: str
+    queue: str
+    name: str
+    failed_at: float
+    exception: str
+    attempts: int
+    payload: bytes
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON shape of ``failed list --json``."""
+        return {
+            "id": self.id,
+            "queue": self.queue,
+            "name": self.name,
+            "failed_at": self.failed_at,
+            "exception": self.exception,
+        }
+
+
+def _translate(exc: BaseException, what: str) -> QueueUnavailable | BaseException:
+    # redis-py raises OutOfMemoryError and strips the "OOM" prefix from its message.
+    if isinstance(exc, OutOfMemoryError) or (isinstance(exc, ResponseError) and "OOM" in str(exc)):
+        return QueueUnavailable(f"{what}: Redis is out of memory (maxmemory reached)")
+    if is_transient(exc):
+        # Connection trouble, or a failover/resharding in progress (CLUSTERDOWN, MOVED,
+        # READONLY, MASTERDOWN...): the push did not happen, a later one may.
+        return QueueUnavailable(f"{what}: Redis unavailable ({type(exc).__name__}: {exc})")
+    return exc
+
+
+@contextmanager
+def _guard(what: str) -> Iterator[None]:
+    """Turn a transient Redis error inside the block into ``QueueUnavailable``."""
+    try:
+        yield
+    except (*_UNAVAILABLE, ResponseError) as exc:
+        translated = _translate(exc, what)
+        if translated is exc:
+            raise
+        raise translated from exc
+
+
+@asynccontextmanager
+async def _aguard(what: str) -> Any:
+    """Async twin of :func:`_guard`."""
+    try:
+        yield
+    except (*_UNAVAILABLE, ResponseError) as exc:
+        translated = _translate(exc, what)
+        if translated is exc:
+            raise
+        raise translated from exc
+
+
+unavailable_guard = _guard
+unavailable_aguard = _aguard
+
+
+class _Plain:
+    """The ordinary client path, with the FastLane's interface (Redis Cluster)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def call(self, script: scripts.LuaScript, keys: list[str], args: list[scripts.Arg]) -> Any:
+        return script.call(self.client, keys, args)
+
+    def close(self) -> None:
+        pass
+
+
+def _replies(raw: list[Any]) -> tuple[Any, Any] | None:
+    """The (script, ``WAIT``) replies of a confirmed push; None when the server must load
+    the script first. An error is raised as Redis sent it: redis-py's pipeline error
+    would quote the command, and a push's arguments are job data."""
+    if isinstance(raw[0], NoScriptError):
+        return None
+    for r in raw:
+        if isinstance(r, BaseException):
+            raise r
+    return raw[0], raw[1]
+
+
+def _pipelined(
+    target: Any,
+    script: scripts.LuaScript,
+    keys: list[str],
+    args: list[scripts.Arg],
+    wait: list[int],
+) -> tuple[Any, Any]:
+    """``script`` then ``WAIT`` in one pipeline on one connection of ``target`` (a plain
+    client of the server holding ``keys``); returns both replies."""
+    for _ in (0, 1):
+        pipe = target.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+        pipe.execute_command("WAIT", *wait)
+        replies = _replies(pipe.execute(raise_on_error=False))
+        if replies is not None:
+            return replies
+        target.script_load(script.source)  # then again: every push is safe to re-run
+    raise NoScriptError(f"{script.name}: loaded, and still unknown to the server")
+
+
+async def _apipelined(
+    target: Any,
+    script: scripts.LuaScript,
+    keys: list[str],
+    args: list[scripts.Arg],
+    wait: list[int],
+) -> tuple[Any, Any]:
+    """Async twin of :func:`_pipelined`."""
+    for _ in (0, 1):
+        pipe = target.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+        pipe.execute_command("WAIT", *wait)
+        replies = _replies(await pipe.execute(raise_on_error=False))
+        if replies is not None:
+            return replies
+        await target.script_load(script.source)
+    raise NoScriptError(f"{script.name}: loaded, and still unknown to the server")
+
+
+_MOVED_OR_GONE = (AskError, RedisConnectionError, RedisTimeoutError, ClusterDownError, OSError)
+"""Errors of a push sent past the cluster client's routing (``AskError`` covers
+``MovedError``): the client's slot map is ours to reload."""
+
+
+def _cluster_confirmed(
+    client: Any,
+    script: scripts.LuaScript,
+    keys: list[str],
+    args: list[scripts.Arg],
+    wait: list[int],
+) -> tuple[Any, Any]:
+    """A confirmed push on Redis Cluster: the pipeline to the primary of ``keys``' slot.
+    A ``MOVED`` (the slot has another primary now: a failover, a resharding) reloads the
+    slot map and tries once more; a dead node reloads it for the next push."""
+    try:
+        return _pipelined(
+            client.get_node_from_key(keys[0]).redis_connection, script, keys, args, wait
+        )
+    except _MOVED_OR_GONE as exc:
+        with contextlib.suppress(Exception):  # nodes may be down: the next push retries
+            client.nodes_manager.initialize()
+        if not isinstance(exc, AskError):
+            raise
+    return _pipelined(client.get_node_from_key(keys[0]).redis_connection, script, keys, args, wait)
+
+
+async def _acluster_pair(
+    client: Any,
+    script: scripts.LuaScript,
+    keys: list[str],
+    args: list[scripts.Arg],
+    wait: list[int],
+) -> Any:
+    """``script`` then ``WAIT`` on one connection to the primary of ``keys``' slot (the
+    asyncio cluster client has no per-node pipeline)."""
+    if client._initialize:
+        await client.initialize()
+    try:
+        return await _acluster_attempt(client, script, keys, args, wait)
+    except _MOVED_OR_GONE as exc:  # as in _cluster_confirmed
+        with contextlib.suppress(Exception):
+            await client.nodes_manager.initialize()
+        if not isinstance(exc, AskError):
+            raise
+    return await _acluster_attempt(client, script, keys, args, wait)
+
+
+async def _acluster_attempt(
+    client: Any,
+    script: scripts.LuaScript,
+    keys: list[str],
+    args: list[scripts.Arg],
+    wait: list[int],
+) -> tuple[Any, Any]:
+    """One try of :func:`_acluster_pair` (loading the script if the node lacks it)."""
+    for _ in (0, 1):
+        node = client.get_node_from_key(keys[0])
+        conn = node.acquire_connection()
+        replies: list[Any] = []
+        try:
+            if not conn.is_connected:
+                await conn.connect()
+            commands = [("EVALSHA", script.sha, len(keys), *keys, *args), ("WAIT", *wait)]
+            await conn.send_packed_command(conn.pack_commands(commands))
+            for _ in commands:
+                try:
+                    replies.append(await conn.read_response())
+                except ResponseError as exc:  # read the WAIT's reply too
+                    replies.append(exc)
+        except BaseException:
+            await conn.disconnect()
+            raise
+        finally:
+            node.release(conn)
+        pair = _replies(replies)
+        if pair is not None:
+            return pair
+        await client.script_load(script.source)
+    raise NoScriptError(f"{script.name}: loaded, and still unknown to the server")
+
+
+class RedisQueue:
+    """The queues behind one Redis URL and key prefix.
+
+    ``wait_replicas`` (``TIDINGS_WAIT_REPLICAS``): every producer push is followed, on
+    the same connection, by ``WAIT wait_replicas wait_timeout_ms``, and a push that fewer
+    replicas confirmed raises :class:`QueueUnavailable` instead of returning. A returned
+    dispatch then survives the failover of its primary (docs/guarantees.md, Topologies).
+    """
+
+    def __init__(
+        self, url: str, prefix: str, *, wait_replicas: int = 0, wait_timeout_ms: int = 100
+    ) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.confirm_replicas = wait_replicas
+        self.confirm_timeout_ms = wait_timeout_ms
+        self._keys: dict[str, QueueKeys] = {}
+        self._sync: redis.Redis | None = None
+        self._fast: Any = None
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis]
+        self._async = weakref.WeakKeyDictionary()
+
+    def keys(self, queue: str) -> QueueKeys:
+        """Key names of ``queue`` (cached)."""
+        k = self._keys.get(queue)
+        if k is None:
+            k = self._keys[queue] = QueueKeys.build(self.prefix, queue)
+        return k
+
+    @property
+    def client(self) -> redis.Redis:
+        """The sync client (created on first use)."""
+        if self._sync is None:
+            self._sync = sync_client(self.url)
+        return self._sync
+
+    def aclient(self) -> redis.asyncio.Redis:
+        """The asyncio client of the running event loop (one per loop)."""
+        loop = asyncio.get_running_loop()
+        c = self._async.get(loop)
+        if c is None:
+            c = self._async[loop] = async_client(self.url)
+        return c
+
+    def close(self) -> None:
+        """Close the sync client's connections."""
+        if self._fast is not None:
+            self._fast.close()
+            self._fast = None
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
+
+    # -- producing -------------------------------------------------------------------
+
+    @staticmethod
+    def _push_args(items: Sequence[tuple[str, bytes]]) -> list[scripts.Arg]:
+        args: list[scripts.Arg] = []
+        for job_id, envelope in items:
+            args += (job_id, envelope)
+        return args
+
+    def push(self, queue: str, items: Sequence[tuple[str, bytes]], delay_s: float = 0.0) -> None:
+        """Push ``(id, envelope)`` items in one round trip.
+
+        Raises:
+            QueueUnavailable: Redis could not be reached; nothing was written.
+        """
+        k = self.keys(queue)
+        with _guard(f"push to {queue!r}"):
+            if delay_s > 0:
+                args = [int(delay_s * 1000), *self._push_args(items)]
+                self.produce(
+                    queue, scripts.LATER, [k.delayed, k.notify, k.jobs, k.done, k.failed], args
+                )
+            else:
+                self.produce(
+                    queue,
+                    scripts.PUSH,
+                    [k.ready, k.notify, k.jobs, k.done, k.failed],
+                    self._push_args(items),
+                )
+
+    def produce(
+        self, queue: str, script: scripts.LuaScript, keys: list[str], args: list[scripts.Arg]
+    ) -> Any:
+        """Run a producer's script (a push) on the fast lane; with ``wait_replicas``,
+        confirmed by ``WAIT`` on the same connection.
+
+        Raises:
+            QueueUnavailable: fewer replicas than ``wait_replicas`` confirmed the push
+                (other Redis errors propagate: callers wrap this in their guard).
+        """
+        if not self.confirm_replicas:
+            return self._lane().call(script, keys, args)
+        wait = [self.confirm_replicas, self.confirm_timeout_ms]
+        lane = self._lane()
+        if isinstance(lane, FastLane):
+            reply = lane.call(script, keys, args)
+            acked = lane.command("WAIT", *wait)
+        else:
+            client: Any = self.client
+            if hasattr(client, "get_node_from_key"):  # Redis Cluster: the slot's primary
+                reply, acked = _cluster_confirmed(client, script, keys, args, wait)
+            else:
+                reply, acked = _pipelined(client, script, keys, args, wait)
+        self._confirmed(queue, int(acked))
+        return reply
+
+    async def aproduce(
+        self, queue: str, script: scripts.LuaScript, keys: list[str], args: list[scripts.Arg]
+    ) -> Any:
+        """Async twin of :meth:`produce`."""
+        client: Any = self.aclient()
+        if not self.confirm_replicas:
+            return await script.acall(client, keys, args)
+        wait = [self.confirm_replicas, self.confirm_timeout_ms]
+        if isinstance(client, AsyncRedisCluster):
+            reply, acked = await _acluster_pair(client, script, keys, args, wait)
+        else:
+            reply, acked = await _apipelined(client, script, keys, args, wait)
+        self._confirmed(queue, int(acked))
+        return reply
+
+    def _confirmed(self, queue: str, acked: int) -> None:
+        if acked < self.confirm_replicas:
+            raise QueueUnavailable(
+                f"push to {queue!r}: {acked} of {self.confirm_replicas} replicas confirmed it "
+                f"within {self.confirm_timeout_ms} ms (TIDINGS_WAIT_REPLICAS, "
+                "TIDINGS_WAIT_REPLICAS_TIMEOUT); it may still run, and dispatching it again "
+                "may run it twice"
+            )
+
+    def _lane(self) -> Any:
+        """The fast lane for script calls (the ordinary client for Redis Cluster)."""
+        if self._fast is None:
+            client = self.client
+            pool = getattr(client, "connection_pool", None)
+            # Plain pools only: a Sentinel pool resolves the primary per connection.
+            if type(pool) in (redis.ConnectionPool, redis.BlockingConnectionPool):
+                self._fast = FastLane(client)
+            else:
+                self._fast = _Plain(client)
+        return self._fast
+
+    async def push_async(
+        self, queue: str, items: Sequence[tuple[str, bytes]], delay_s: float = 0.0
+    ) -> None:
+        """Async twin of :meth:`push`."""
+        k = self.keys(queue)
+        async with _aguard(f"push to {queue!r}"):
+            if delay_s > 0:
+                args = [int(delay_s * 1000), *self._push_args(items)]
+                await self.aproduce(
+                    queue, scripts.LATER, [k.delayed, k.notify, k.jobs, k.done, k.failed], args
+                )
+            else:
+                await self.aproduce(
+                    queue,
+                    scripts.PUSH,
+                    [k.ready, k.notify, k.jobs, k.done, k.failed],
+                    self._push_args(items),
+                )
+
+    def wait_replicas(self, queue: str, replicas: int = 1, timeout_ms: int = 100) -> int:
+        """Block until ``replicas`` replicas of the primary holding ``queue`` have every
+        write made so far on this client's connection to it (Redis ``WAIT``), or until
+        ``timeout_ms``; returns how many have.
+
+        Redis replicates asynchronously: a push acknowledged by a primary that dies
+        before sending it on is lost with it. Call this after a dispatch that must
+        survive a failover (returns >= 1: it will). It costs a round trip to the replica:
+        a dispatch took ~1.8x as long on loopback (docs/guarantees.md, Topologies).
+
+        Raises:
+            QueueUnavailable: Redis could not be reached.
+        """
+        client: Any = self.client
+        with _guard(f"WAIT for replicas of {queue!r}"):
+            if hasattr(client, "get_node_from_key"):  # Redis Cluster: the queue's primary
+                node = client.get_node_from_key(self.keys(queue).ready)
+                return int(client.execute_command("WAIT", replicas, timeout_ms, target_nodes=node))
+            lane = self._lane()
+            if isinstance(lane, FastLane):
+                return int(lane.command("WAIT", replicas, timeout_ms))
+            return int(client.execute_command("WAIT", replicas, timeout_ms))
+
+    # -- operating -------------------------------------------------------------------
+
+    def queue_names(self) -> list[str]:
+        """Every queue that has held a job, by scanning key names."""
+        names: set[str] = set()
+        pattern = queue_pattern(self.prefix)
+        start = len(f"{self.prefix}:queue:{{")
+        for key in self.client.scan_iter(match=pattern, count=500):
+            text = _key_text(key)
+            names.add(text[start : text.rindex("}")])
+        for suffix in ("failed", "delayed", "done"):
+            for key in self.client.scan_iter(match=f"{self.prefix}:queue:{{*}}:{suffix}"):
+                text = _key_text(key)
+                names.add(text[start : text.rindex("}")])
+        return sorted(names)
+
+    def sizes(self, queues: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
+        """``{queue: {ready, delayed, reserved, failed}}`` for ``monitor``."""
+        names = list(queues) if queues else self.queue_names()
+        out: dict[str, dict[str, int]] = {}
+        with _guard("monitor"):
+            for name in names:
+                k = self.keys(name)
+                pipe = self.client.pipeline(transaction=False)
+                pipe.llen(k.ready)
+                pipe.zcard(k.delayed)
+                pipe.zcard(k.reserved)
+                pipe.zcard(k.failed)
+                ready, delayed, reserved, failed = pipe.execute()
+                out[name] = {
+                    "ready": ready,
+                    "delayed": delayed,
+                    "reserved": reserved,
+                    "failed": failed,
+                }
+        return out
+
+    def status(self, job_id: str, queues: Sequence[str]) -> str | None:
+        """pending / delayed / reserved / done / failed, or None when no record is left."""
+        with _guard("job_status"):
+            for name in queues:
+                k = self.keys(name)
+                pipe = self.client.pipeline(transaction=False)
+                pipe.zscore(k.reserved, job_id)
+                pipe.zscore(k.delayed, job_id)
+                pipe.hexists(k.jobs, job_id)
+                pipe.zscore(k.failed, job_id)
+                pipe.zscore(k.done, job_id)
+                reserved, delayed, exists, failed, done = pipe.execute()
+                if reserved is not None:
+                    return "reserved"
+                if delayed is not None:
+                    return "delayed"
+                if exists:
+                    return "pending"
+                if failed is not None:
+                    return "failed"
+                if done is not None:
+                    return "done"
+        return None
+
+    def clear(self, queue: str) -> int:
+        """Delete every waiting job of ``queue`` (ready and delayed); returns the count."""
+        k = self.keys(queue)
+        total = 0
+        while True:
+            n = int(
+                scripts.CLEAR.call(self.client, [k.ready, k.delayed, k.jobs, k.attempts], [1000])
+            )
+            total += n
+            if n == 0:
+                return total
+
+    def restart(self) -> None:
+        """Ask every worker to exit after its current jobs."""
+        t = self.client.time()
+        self.client.set(restart_key(self.prefix), f"{t[0]}.{t[1]:06d}")
+
+    def restart_requested_at(self) -> float:
+        """When ``restart`` was last asked for (Redis time), 0 if never."""
+        raw = self.client.get(restart_key(self.prefix))
+        try:
+            value = float(raw) if raw else 0.0
+        except ValueError:
+            value = 0.0
+        # Written by hand (issue 12: garbage, nan, inf): no restart was asked for.
+        return value if math.isfinite(value) else 0.0
+
+    # -- the failed store ------------------------------------------------------------
+
+    def failed(self, queues: Sequence[str] | None = None) -> list[FailedJob]:
+        """Every failed record, oldest first."""
+        records: list[FailedJob] = []
+        for name in list(queues) if queues else self.queue_names():
+            k = self.keys(name)
+            client: Any = self.client  # redis-py's sync return types are loose unions
+            for raw_id, score in client.zrange(k.failed, 0, -1, withscores=True):
+                record = self._failed_record(name, raw_id, score)
+                if record is not None:
+                    records.append(record)
+        records.sort(key=lambda r: r.failed_at)
+        return records
+
+    def _failed_record(self, queue: str, job_id: str | bytes, score: float) -> FailedJob | None:
+        k = self.keys(queue)
+        client: Any = self.client
+        info_raw, body = client.hget(k.failed_info, job_id), client.hget(k.failed_body, job_id)
+        try:
+            info = orjson.loads(info_raw) if info_raw else {}
+        except orjson.JSONDecodeError:
+            info = None
+        if not isinstance(info, dict):
+            # Valid JSON that is not an object (issue 12) is as unreadable as non-JSON.
+            info = {"exception": "(unreadable failure record)"}
+        attempts = info.get("attempts")
+        if not isinstance(attempts, int) or isinstance(attempts, bool):
+            attempts = 0
+        if isinstance(job_id, bytes):
+            # Ids written by hand may not be UTF-8 (issue 12): show the bytes, escaped.
+            job_id = job_id.decode("utf-8", "backslashreplace")
+        return FailedJob(
+            id=job_id,
+            queue=queue,
+            name=str(info.get("name", "?")),
+            failed_at=score / 1000.0,
+            exception=str(info.get("exception", "")),
+            attempts=attempts,
+            payload=body if isinstance(body, bytes) else b"",
+        )
+
+    def find_failed(self, job_id: str) -> FailedJob | None:
+        """The failed record with ``job_id``, in any queue."""
+        for name in self.queue_names():
+            score: Any = self.client.zscore(self.keys(name).failed, job_id)
+            if score is not None:
+                return self._failed_record(name, job_id, score)
+        return None
+
+    def retry(self, ids: Sequence[str] | None = None) -> int:
+        """Move failed jobs (all when ``ids`` is None) back to their queues."""
+        moved = 0
+        for name in self.queue_names():
+            k = self.keys(name)
+            client: Any = self.client
+            wanted = (
+                [i.decode() for i in client.zrange(k.failed, 0, -1)] if ids is None else list(ids)
+            )
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                keys = [
+                    k.ready,
+                    k.notify,
+                    k.jobs,
+                    k.attempts,
+                    k.failed,
+                    k.failed_info,
+                    k.failed_body,
+                ]
+                self._reopen_batch_members(k, chunk)
+                moved += int(scripts.RETRY.call(self.client, keys, list(chunk)))
+        return moved
+
+    def _reopen_batch_members(self, k: QueueKeys, ids: list[str]) -> None:
+        """Batch members among ``ids`` are counted pending again before they move (else
+        the batch gate would skip them as counted already; see ``batch_retry.lua``)."""
+        from tidings.workflows.batch_admin import reopen_failed_members
+
+        if ids:
+            envelopes: Any = self.client.hmget(k.failed_body, ids)
+            reopen_failed_members(self.client, self.prefix, ids, list(envelopes))
+
+    def forget(self, ids: Sequence[str]) -> int:
+        """Delete failed records by id."""
+        n = 0
+        for name in self.queue_names():
+            k = self.keys(name)
+            n += int(
+                scripts.FORGET.call(
+                    self.client, [k.failed, k.failed_info, k.failed_body], ["ids", *ids]
+                )
+            )
+        return n
+
+    def prune(self, older_than_s: float) -> int:
+        """Delete failed records older than ``older_than_s`` seconds (Redis time)."""
+        t = self.client.time()
+        cutoff = int((t[0] + t[1] / 1e6 - older_than_s) * 1000)
+        n = 0
+        for name in self.queue_names():
+            k = self.keys(name)
+            while True:
+                got = int(
+                    scripts.FORGET.call(
+                        self.client,
+                        [k.failed, k.failed_info, k.failed_body],
+                        ["prune", cutoff, 1000],
+                    )
+                )
+                n += got
+                if got == 0:
+                    break
+        return n
+
+    def flush(self) -> int:
+        """Delete every failed record."""
+        return self.prune(-(10**9))

@@ -1,0 +1,1 @@
+"""Running tidings' own processes: ``--processes N`` supervision and the embedded Redis."""

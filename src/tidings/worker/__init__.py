@@ -1,0 +1,1 @@
+"""``notify-worker``'s worker: composed parts, one object each (see ``worker.py``)."""
