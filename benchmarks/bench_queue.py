@@ -713,11 +713,11 @@ BUCKETS: list[tuple[str, Callable[[list[str]], bool]]] = [
     ("lifecycle events (App.emit -> Dispatcher)", lambda s: any("App.emit" in f for f in s)),
     (
         "running the job: middleware pipeline, asyncio.timeout, handle",
-        lambda s: any("run_job_pipeline" in f or "_invoke" in f for f in s),
+        lambda s: any("_pipeline" in f or "_invoke" in f for f in s),
     ),
     (
         "worker's own code (self time in worker/broker/scripts)",
-        lambda s: s[-1].split(" (")[-1].startswith(("worker.py", "broker.py", "scripts.py")),
+        lambda s: s[-1].split(" (")[-1].startswith(("worker.py", "fetch.py", "execute.py", "settle.py", "acks.py", "held.py", "consume.py", "scripts.py")),
     ),
     ("asyncio: tasks, events, callbacks, scheduling", lambda s: "(asyncio/" in s[-1]),
     ("other", lambda s: True),

@@ -11,7 +11,7 @@ import importlib
 import logging
 import sys
 import types
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,21 +23,21 @@ from tidings.errors import PayloadRejected
 from tidings.events.call_queued import CallQueuedListener
 from tidings.events.dispatcher import Dispatcher, EventKey, ListenerLike, QueuedTarget
 from tidings.events.listener import QueuedFunction, set_current_dispatcher_provider
-from tidings.jobs.job import Job, PendingDispatch, current_run, option
-from tidings.jobs.middleware import run_through
+from tidings.jobs.job import Job, PendingDispatch, option
 from tidings.moves.queues import RedisQueue
 from tidings.observability import redaction, tracing
 from tidings.observability.lifecycle import JobQueued
 from tidings.wire.compose import prepare
-from tidings.wire.envelope import JobBody
 from tidings.wire.signing import Signer, parse_keys
-from tidings.workflows import hooks as workflow
+from tidings.workflows.hooks import WorkflowHooks
 from tidings.workflows.unique import GuardedPush, guard_for, push_guarded, push_guarded_async
 
 log = logging.getLogger("tidings.app")
 
 if TYPE_CHECKING:
+    from tidings.jobs.middleware import Middleware
     from tidings.observability.metrics import JobStatus
+    from tidings.worker.worker import Worker
 
 
 def _version() -> str:
@@ -111,7 +111,8 @@ class App:
         self.events = Dispatcher(
             queue_listener=self._queue_listener, queue_listener_async=self._queue_listener_async
         )
-        self.job_middleware: list[Any] = []
+        self.job_middleware: list[Middleware] = []
+        self.workflow_hooks = WorkflowHooks(self)
         self.channel_limits: dict[str, Any] = {}  # channel -> RateLimited (rate_limit)
         self.schedules: list[Any] = []  # Schedule entries (schedule)
         self._notifications: Any = None
@@ -306,40 +307,17 @@ class App:
         if mine:
             await asyncio.wait(mine, timeout=timeout_s)
 
-    async def run_job_pipeline(self, job: Job, call: Callable[[], Awaitable[Any]]) -> Any:
-        """Run ``call`` through the job's middleware (outermost first)."""
-        run = current_run()
-        layers = [*workflow.builtin_layers(self, run), *self.job_middleware, *job.middleware()]
-        if tracing.ENABLED and run is not None and tracing.recording():
-            if not layers:
-                return await tracing.run_job(run, call)
-            return await tracing.run_job(run, lambda: run_through(layers, job, call))
-        if not layers:
-            return await call()
-        return await run_through(layers, job, call)
-
-    async def after_success(self, job: Job, body: JobBody, queue: str) -> None:
-        """Before the ack: advance a chain, count a batch job (:mod:`tidings.workflows.hooks`)."""
-        if body["chain"] or body.get("batch"):
-            await workflow.on_success(self, job, body, queue)
-
-    async def after_failure(self, job: Job | None, body: JobBody, queue: str) -> None:
-        """On a final failure: a chain's catch, a batch's failure count."""
-        await workflow.on_final_failure(self, job, body, queue)
-
-    def worker_tasks(self, worker: Any) -> list[Any]:
+    def worker_tasks(self, worker: Worker) -> list[Coroutine[Any, Any, None]]:
         """Coroutines a worker process runs beside its jobs: the scheduler, the heartbeat
         its supervisor watches."""
         from tidings.moves.queue_names import remember_queues
         from tidings.ops.supervisor import heartbeat_task
         from tidings.workflows.schedule import Scheduler
 
-        opts = getattr(worker, "opts", None)
-        draining = bool(opts and (opts.once or opts.stop_when_empty))
+        opts = worker.opts
+        draining = opts.once or opts.stop_when_empty
         tasks = [Scheduler(self).run()] if self.schedules and not draining else []
-        rq = getattr(worker, "rq", None)
-        if opts is not None and isinstance(rq, RedisQueue):
-            tasks.append(remember_queues(rq, opts.queues))  # for `monitor`
+        tasks.append(remember_queues(worker.rq, opts.queues))  # for `monitor`
         if self.settings.metrics:
             from tidings.observability.metrics import Meter
 
@@ -634,12 +612,13 @@ class App:
         ids: list[str] = await self.notifications.send_async(notifiables, notification)
         return ids
 
-    async def worker_stopped(self, worker: Any) -> None:
+    async def worker_stopped(self, worker: Worker | None) -> None:
         """Called by a worker as it exits, on its loop: close that loop's channels
         (QUIT the SMTP connection, close HTTP clients), after its lifecycle listeners."""
         await self.wait_listeners()
-        meter, client = self._meter, getattr(worker, "_client", None)
-        if meter is not None and getattr(meter, "worker", None) is worker:
+        meter = self._meter
+        client = worker.client if worker is not None else None
+        if meter is not None and worker is not None and meter.worker is worker:
             self._meter = None
             if client is not None:
                 await meter.close(client)

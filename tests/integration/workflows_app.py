@@ -20,6 +20,7 @@ import redis
 from tidings import App, Job, Listener, ShouldQueue, _current
 from tidings.jobs.limits import RateLimited, Skip, ThrottlesExceptions, WithoutOverlapping
 from tidings.wire.envelope import JobBody
+from tidings.workflows.hooks import WorkflowHooks
 
 KEY = "k" * 32
 
@@ -55,14 +56,14 @@ def record(tag: str) -> None:
     pipe.execute()
 
 
-class WorkflowApp(App):
-    """An App that can SIGKILL its own worker right after a job advanced its chain or
-    batch but before the ack (``WF_KILL_AFTER_SUCCESS`` = the job's display name;
+class KillingHooks(WorkflowHooks):
+    """Workflow hooks that SIGKILL their own worker right after a job advanced its chain
+    or batch but before the ack (``WF_KILL_AFTER_SUCCESS`` = the job's display name;
     ``WF_KILL_TAG`` = only for a job whose ``tag`` field equals it), or right after a
     final failure was counted (``WF_KILL_AFTER_FAILURE``). Once per test."""
 
-    async def after_success(self, job: Job, body: JobBody, queue: str) -> None:
-        await super().after_success(job, body, queue)
+    async def on_success(self, job: Job, body: JobBody, queue: str) -> None:
+        await super().on_success(job, body, queue)
         name = os.environ.get("WF_KILL_AFTER_SUCCESS")
         tag = os.environ.get("WF_KILL_TAG")
         if not name or body["displayName"] != name:
@@ -73,16 +74,24 @@ class WorkflowApp(App):
         if r.set(f"{p}:test:killed-after-success", 1, nx=True):
             os.kill(os.getpid(), signal.SIGKILL)
 
-    async def after_failure(self, job: Job | None, body: JobBody, queue: str) -> None:
-        """As ``after_success``: ``WF_KILL_AFTER_FAILURE`` = the display name of a job
+    async def on_final_failure(self, job: Job | None, body: JobBody, queue: str) -> None:
+        """As ``on_success``: ``WF_KILL_AFTER_FAILURE`` = the display name of a job
         whose worker dies right after its final failure was counted (chain catch pushed,
         batch failure recorded) and before its move to the failed store."""
-        await super().after_failure(job, body, queue)
+        await super().on_final_failure(job, body, queue)
         if body["displayName"] != os.environ.get("WF_KILL_AFTER_FAILURE"):
             return
         r, p = _r()
         if r.set(f"{p}:test:killed-after-failure", 1, nx=True):
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class WorkflowApp(App):
+    """An App whose workflow hooks can kill its worker (see :class:`KillingHooks`)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.workflow_hooks = KillingHooks(self)
 
 
 # -- jobs ---------------------------------------------------------------------------------

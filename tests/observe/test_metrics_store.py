@@ -21,6 +21,7 @@ from tidings.observability.metrics import (
     MAX_CLASSES,
     OTHER,
     Meter,
+    WorkerSnapshot,
     job_classes,
     live_workers,
     series,
@@ -192,9 +193,16 @@ def test_a_lost_lease_counts_as_stalled_for_its_class(
     from tidings.observability.lifecycle import ReservationLost
 
     envelope = b'{"sig":"' + b"0" * 64 + b'","body":{"displayName":"Mailer"}}'
-    worker = SimpleNamespace(_running={"j1": SimpleNamespace(reserved=SimpleNamespace(
-        envelope=envelope))})  # fmt: skip
-    m = Meter(prefix, worker=worker)
+    class Held:  # the part of a worker the Meter reads: the envelopes it holds
+        client = None
+
+        def snapshot(self) -> WorkerSnapshot:
+            return WorkerSnapshot()
+
+        def envelope_of(self, job_id: str) -> bytes | None:
+            return envelope if job_id == "j1" else None
+
+    m = Meter(prefix, worker=Held())
     m.observe(ReservationLost("j1", "mail"))
     m.observe(ReservationLost("gone", "mail"))  # no longer running here: (other)
 
@@ -230,11 +238,19 @@ def test_a_cancel_swallowed_inside_a_flush_still_ends_the_task() -> None:
                 return []  # what a library that eats the cancel does
             return []
 
-    client = SimpleNamespace(pipeline=lambda transaction=False: SwallowingPipeline())
-    worker = SimpleNamespace(_client=client, _stopping=False, opts=None, _running={})
+    fake_client = SimpleNamespace(pipeline=lambda transaction=False: SwallowingPipeline())
+
+    class Running:
+        client = fake_client
+
+        def snapshot(self) -> WorkerSnapshot:
+            return WorkerSnapshot()
+
+        def envelope_of(self, job_id: str) -> bytes | None:
+            return None
 
     async def main() -> None:
-        m = Meter("p", worker=worker)
+        m = Meter("p", worker=Running())  # type: ignore[arg-type]
         task = asyncio.create_task(m.run())
         await asyncio.wait_for(entered.wait(), 5)
         task.cancel()

@@ -31,7 +31,7 @@ from tidings.observability.redaction import redact
 from tidings.observability.terminal import escape, escape_json
 from tidings.redis.errors import REDIS_ERRORS, is_transient
 from tidings.wire.encryption import encrypted_key_id
-from tidings.worker.base import short_error
+from tidings.worker.options import short_error
 from tidings.worker.worker import EXIT_CONFIG, EXIT_STUCK, Worker, WorkerOptions
 
 

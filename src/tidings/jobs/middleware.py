@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from tidings.jobs.job import Delay, Job, current_run, delay_seconds
+
+
+class Middleware(Protocol):
+    """A layer around a job's ``handle``: call ``next()`` to go on, or return to skip."""
+
+    def handle(self, job: Job, next: Callable[[], Awaitable[Any]]) -> Any: ...
 
 
 def release_uncounted(delay: Delay) -> None:
@@ -22,7 +28,9 @@ def release_uncounted(delay: Delay) -> None:
         run.uncount = True
 
 
-async def run_through(layers: Sequence[Any], job: Job, call: Callable[[], Awaitable[Any]]) -> Any:
+async def run_through(
+    layers: Sequence[Middleware], job: Job, call: Callable[[], Awaitable[Any]]
+) -> Any:
     """Run ``call`` inside ``layers``, outermost first."""
 
     async def step(i: int) -> Any:

@@ -41,9 +41,10 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
+import redis.asyncio
 
 from tidings.observability.lifecycle import (
     JobFailed,
@@ -237,6 +238,39 @@ class JobStatus(str):
         return s
 
 
+def rss_mb() -> float:
+    """This process's resident memory in MB."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except OSError:  # pragma: no cover - non-Linux
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSnapshot:
+    """What a worker shows of itself (:meth:`tidings.worker.worker.Worker.snapshot`)."""
+
+    queues: tuple[str, ...] = ()
+    concurrency: int = 0
+    running: int = 0
+    processed: int = 0
+    reservations_lost: int = 0
+    stopping: bool = False
+    exit_code: int = 0
+
+
+class Observed(Protocol):
+    """The worker a :class:`Meter` measures."""
+
+    @property
+    def client(self) -> redis.asyncio.Redis | None: ...
+    def snapshot(self) -> WorkerSnapshot: ...
+    def envelope_of(self, job_id: str) -> bytes | None: ...
+
+
 class Meter:
     """Adds up the worker's lifecycle events and writes them out once a second.
 
@@ -244,7 +278,9 @@ class Meter:
     process (a few dictionary updates); :meth:`run` is the flushing task.
     """
 
-    def __init__(self, prefix: str, *, worker: Any = None, version: str = "") -> None:
+    def __init__(
+        self, prefix: str, *, worker: Observed | None = None, version: str = ""
+    ) -> None:
         self.prefix = prefix
         self.worker = worker
         self.version = version
@@ -282,9 +318,9 @@ class Meter:
         return c
 
     def _running_name(self, job_id: str) -> str:
-        entry: Any = getattr(self.worker, "_running", {}).get(job_id)
+        envelope = self.worker.envelope_of(job_id) if self.worker is not None else None
         try:
-            name = orjson.loads(entry.reserved.envelope)["body"]["displayName"]
+            name = orjson.loads(envelope or b"")["body"]["displayName"]
         except Exception:  # not running here any more, or an unreadable envelope
             return OTHER
         return name if isinstance(name, str) else OTHER
@@ -339,21 +375,18 @@ class Meter:
 
     def heartbeat(self) -> dict[str, Any]:
         """What the dashboard and ``notify-worker workers`` show of this worker."""
-        w = self.worker
-        opts = getattr(w, "opts", None)
-        from tidings.worker.upkeep import _rss_mb
-
+        snap = self.worker.snapshot() if self.worker is not None else WorkerSnapshot()
         return {
             "id": self.id,
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "queues": list(getattr(opts, "queues", [])),
-            "concurrency": getattr(opts, "concurrency", 0),
-            "running": len(getattr(w, "_running", ())),
-            "processed": getattr(w, "processed", 0),
+            "queues": list(snap.queues),
+            "concurrency": snap.concurrency,
+            "running": snap.running,
+            "processed": snap.processed,
             "started_at": self.started_at,
             "beat_at": time.time(),
-            "rss_mb": round(_rss_mb(), 1),
+            "rss_mb": round(rss_mb(), 1),
             "version": self.version,
             "child": os.environ.get("TIDINGS_CHILD", ""),
         }
@@ -418,11 +451,11 @@ class Meter:
         """The flushing task of a worker: once a second until cancelled."""
         import asyncio
 
-        from tidings.worker.base import REDIS_ERRORS, reraise_cancel
+        from tidings.redis.errors import REDIS_ERRORS, reraise_cancel
 
-        while not getattr(self.worker, "_stopping", False):  # close() flushes the rest
-            await asyncio.sleep(FLUSH_EVERY_S)
-            client = getattr(self.worker, "_client", None)
+        while self.worker is None or not self.worker.snapshot().stopping:
+            await asyncio.sleep(FLUSH_EVERY_S)  # close() flushes the rest
+            client = self.worker.client if self.worker is not None else None
             if client is None:
                 continue
             try:

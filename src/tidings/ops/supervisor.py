@@ -37,10 +37,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tidings.worker.worker import Worker
 
 HEARTBEAT_ENV = "TIDINGS_HEARTBEAT_FILE"
 PLANNED_EXITS = (0, 12, 13)
@@ -229,8 +233,8 @@ def supervise(n: int, argv: list[str], *, grace_s: float = 30.0, timeout_s: floa
 # -- the child's side --------------------------------------------------------------------
 
 
-async def _beat(worker: Any, path: Path) -> None:
-    from tidings.worker.worker import EXIT_STUCK
+async def _beat(worker: Worker, path: Path) -> None:
+    from tidings.worker.options import EXIT_STUCK
 
     tmp = path.with_suffix(".tmp")
 
@@ -248,7 +252,7 @@ async def _beat(worker: Any, path: Path) -> None:
         write(f"{'stuck' if worker.exit_code == EXIT_STUCK else 'stopping'} {time.time()}")
 
 
-def heartbeat_task(worker: Any) -> list[Any]:
+def heartbeat_task(worker: Worker) -> list[Coroutine[Any, Any, None]]:
     """The heartbeat coroutine of a supervised worker (none when not supervised)."""
     path = os.environ.get(HEARTBEAT_ENV)
     return [_beat(worker, Path(path))] if path else []

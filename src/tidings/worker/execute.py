@@ -1,20 +1,17 @@
-"""Running one reserved job, from its envelope to the decision on what becomes of it.
+"""Running one reserved job, from its envelope to an :data:`~tidings.worker.outcome.Outcome`.
 
-:meth:`JobRunner._process_inner` is the per-job hot path::
+:meth:`Executor.run` is the per-job hot path; it writes nothing to Redis (the settler
+does, fenced by the reservation)::
 
-    open_envelope (signature) ─▶ resolve the class, decode ─▶ out of tries / past retry_until?
-        ─▶ JobProcessing ─▶ app middleware ─▶ _invoke: handle() under the timeout
-        ─▶ ok: after_success (chains, batches), queue the ack, JobProcessed
-           self.release(s) / middleware release: back to delayed, JobReleased
-           self.fail(exc) or a payload that cannot run: _fail, JobFailed
-           an exception: _on_exception retries with backoff, or fails when out of tries
+    open_envelope (signature) ─▶ resolve the class, decode ─▶ stalled / out of tries?
+        ─▶ JobProcessing ─▶ built-in, App and job middleware ─▶ handle() under the timeout
+        ─▶ Done  |  Retry(delay) (self.release, middleware, an exception with tries left)
+           |  Fail(reason) (self.fail, out of tries, a payload that cannot run)
 
 An async handler runs as a task under ``asyncio.timeout``; a sync one runs on the
-worker's long-lived job threads (:class:`~tidings.worker.threads.SyncRunner`: fed and
-settled in batches, one timer for every deadline), and one that overruns its timeout
-cannot be cancelled, so the worker fails or releases it and stops with ``EXIT_STUCK``
-for its supervisor to restart. Acks are only queued here;
-:mod:`tidings.worker.upkeep` sends them.
+worker's long-lived job threads (:class:`~tidings.worker.threads.SyncRunner`), and one
+that overruns its timeout cannot be cancelled: the worker fails or retries it and stops
+with ``EXIT_STUCK`` for its supervisor to restart.
 """
 
 from __future__ import annotations
@@ -24,10 +21,7 @@ import contextvars
 import functools
 import inspect
 import logging
-import os
-import signal
-import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tidings import _clock
@@ -41,75 +35,49 @@ from tidings.errors import (
 )
 from tidings.jobs.backoff import delay_for
 from tidings.jobs.job import Job, JobRun, _run, running
+from tidings.jobs.middleware import Middleware, run_through
 from tidings.moves.consume import Reserved
-from tidings.observability.lifecycle import JobFailed, JobProcessed, JobProcessing, JobReleased
-from tidings.observability.redaction import redact
+from tidings.observability import tracing
+from tidings.observability.lifecycle import JobProcessing
 from tidings.wire import serializer
 from tidings.wire.encryption import open_data
 from tidings.wire.envelope import JobBody, open_envelope
-from tidings.worker.base import EXIT_STUCK, RunningJob, WorkerBase, short_error
-from tidings.worker.threads import Overran
+from tidings.worker.host import WorkerHost
+from tidings.worker.options import EXIT_STUCK, WorkerOptions
+from tidings.worker.outcome import Done, Fail, Outcome, Retry
+from tidings.worker.threads import Overran, SyncRunner
 
 log = logging.getLogger("tidings.worker")
 
-MAX_EXCEPTION_TEXT = 8192
 
+class Executor:
+    """Runs reserved jobs and decides what becomes of each (see the module docstring)."""
 
-def _exception_text(exc: BaseException) -> str:
-    try:
-        text = "".join(traceback.format_exception(exc))
-    except Exception:  # a hostile __str__ must not break the worker's bookkeeping
-        text = f"{type(exc).__name__}: <traceback could not be formatted>"
-    # Redact the whole text before cutting it (issue 12): the failed store keeps it.
-    text = redact(text)
-    if len(text) > MAX_EXCEPTION_TEXT:
-        text = (
-            text[: MAX_EXCEPTION_TEXT // 2]
-            + "\n...[truncated]...\n"
-            + text[-MAX_EXCEPTION_TEXT // 2 :]
-        )
-    return text
+    def __init__(
+        self,
+        host: WorkerHost,
+        options: WorkerOptions,
+        threads: SyncRunner,
+        *,
+        prefix: str,
+        stop: Callable[[str, int], None],
+        alone: Callable[[], bool],
+    ) -> None:
+        self.host = host
+        self.opts = options
+        self.threads = threads
+        self.prefix = prefix
+        self._stop = stop
+        self._alone = alone
 
-
-class JobRunner(WorkerBase):
-    """Runs reserved jobs as tasks and settles each one: ack, release or fail."""
-
-    def _start(self, reserved: Reserved, now_s: float) -> None:
-        entry = RunningJob(reserved)
-        self._running[reserved.id] = entry
-        task = asyncio.create_task(self._process(reserved, now_s))
-        entry.task = task
-
-    async def _process(self, res: Reserved, now_s: float) -> None:
-        t0 = _clock.monotonic()
+    async def run(self, res: Reserved, now_s: float) -> Outcome:
+        """Decode, check and run ``res``; never raises for anything the job did."""
         try:
-            await self._process_inner(res, now_s, t0)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # pragma: no cover - a bug in the worker itself
-            log.exception("internal error while processing %s", res.id)
-        finally:
-            self._running.pop(res.id, None)
-            self._slot_free.set()
-            self.processed += 1
-            if self.opts.max_jobs and self.processed >= self.opts.max_jobs:
-                self.stop("--max-jobs reached")
-            if self.opts.rest_s:
-                await asyncio.sleep(self.opts.rest_s)
-
-    def _fault(self, point: str) -> None:
-        if self.opts.fault_point == point:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    async def _process_inner(self, res: Reserved, now_s: float, t0: float) -> None:
-        k = self.rq.keys(res.queue)
-        self._fault("after_pop")
-        try:
-            body = open_envelope(res.envelope, self.signer, job_id=res.id, queue=res.queue)
+            body = open_envelope(res.envelope, self.host.signer, job_id=res.id, queue=res.queue)
         except PayloadRejected as exc:
-            await self._fail(res, None, None, exc, t0, name="(rejected)")
-            return
+            return Fail(exc, None, name="(rejected)")
         max_tries = body["maxTries"] if body["maxTries"] is not None else self.opts.tries
+        cls: Any = None
         try:
             cls = self.host.resolve_class(body["job"])
             if not (isinstance(cls, type) and issubclass(cls, Job)):
@@ -123,45 +91,17 @@ class JobRunner(WorkerBase):
             if not isinstance(job, cls):
                 raise PayloadRejected("malformed payload: data does not hold the named job")
         except ModelNotFound as exc:
-            if self.host.skips_missing_model(cls, body["data"]):
+            if cls is not None and self.host.skips_missing_model(cls, body["data"]):
                 log.info("%s skipped: %s", res.id, exc)
-                if body.get("batch"):  # counted as done, or its batch would never finish
-                    from tidings.workflows import batch as batches
-
-                    await self._retrying(lambda: batches.record(self.host, body, "ok"))
-                self._acks.setdefault(res.queue, []).append((res.id, res.token))
-                self._ack_event.set()
-                return
-            await self._fail(res, body, None, exc, t0)
-            return
+                return Done(None, body, skipped=True)
+            return Fail(exc, body)
         except (PayloadRejected, SerializationError) as exc:
-            await self._fail(res, body, None, exc, t0)
-            return
+            return Fail(exc, body)
         except JobTimeout as exc:  # a model load overran: retry or fail as a timeout
-            await self._on_exception(res, body, None, exc, max_tries, t0)
-            return
-        if res.stalls:
-            max_stalls = body.get("maxStalls")
-            if not isinstance(max_stalls, int) or isinstance(max_stalls, bool):
-                max_stalls = self.opts.max_stalls
-            if res.stalls > max_stalls:
-                times = "time" if res.stalls == 1 else "times"
-                stalled = JobStalled(
-                    f"stalled {res.stalls} {times} (max_stalls {max_stalls}): its lease "
-                    "expired each time, as when a worker dies or freezes past retry_after"
-                )
-                await self._fail(res, body, job, stalled, t0)
-                return
-        until = body["retryUntil"]
-        if until is not None and _clock.now() > until:
-            await self._fail(res, body, job, MaxAttemptsExceeded("retry_until has passed"), t0)
-            return
-        if until is None and max_tries > 0 and res.attempts > max_tries:
-            lost = MaxAttemptsExceeded(
-                f"max attempts exceeded ({max_tries}; worker lost or timed out on an earlier try)"
-            )
-            await self._fail(res, body, job, lost, t0)
-            return
+            return self._after_exception(res, body, None, exc, max_tries)
+        refused = self._refusal(res, body, max_tries)
+        if refused is not None:
+            return Fail(refused, body, job)
         run = JobRun(res.id, res.queue, res.attempts, body=body)
         self.host.emit(
             JobProcessing(
@@ -175,46 +115,51 @@ class JobRunner(WorkerBase):
         timeout = body["timeout"] if body["timeout"] is not None else self.opts.timeout_s
         try:
             with running(run):  # middleware sees the run (release_uncounted, self.batch)
-                await self.host.run_job_pipeline(job, lambda: self._invoke(job, run, timeout))
+                await self._pipeline(job, run, lambda: self._invoke(job, run, timeout))
         except Exception as exc:
-            await self._on_exception(res, body, job, exc, max_tries, t0)
-            return
-        self._fault("before_ack")
-        name = body["displayName"]
+            return self._after_exception(res, body, job, exc, max_tries)
         if run.failed_exc is not None:
-            await self._fail(res, body, job, run.failed_exc, t0)
-        elif run.released_s is not None:
-            self._settling(res)
-            done = await self._retrying(
-                lambda: self.broker.release(k, res, run.released_s or 0.0, uncount=run.uncount)
-            )
-            if done == -1:
-                self._reservation_lost(res, "its release")
-                return
-            self.host.emit(
-                JobReleased(
-                    res.id,
-                    res.queue,
-                    name,
-                    res.attempts,
-                    run.released_s,
-                    _clock.monotonic() - t0,
-                    None,
+            return Fail(run.failed_exc, body, job)
+        if run.released_s is not None:
+            return Retry(body, run.released_s, uncount=run.uncount)
+        return Done(job, body)
+
+    def _refusal(self, res: Reserved, body: JobBody, max_tries: int) -> BaseException | None:
+        """Why ``res`` must not run at all (stalled too often, out of tries), or None."""
+        if res.stalls:
+            max_stalls = body.get("maxStalls")
+            if not isinstance(max_stalls, int) or isinstance(max_stalls, bool):
+                max_stalls = self.opts.max_stalls
+            if res.stalls > max_stalls:
+                times = "time" if res.stalls == 1 else "times"
+                return JobStalled(
+                    f"stalled {res.stalls} {times} (max_stalls {max_stalls}): its lease "
+                    "expired each time, as when a worker dies or freezes past retry_after"
                 )
+        until = body["retryUntil"]
+        if until is not None and _clock.now() > until:
+            return MaxAttemptsExceeded("retry_until has passed")
+        if until is None and max_tries > 0 and res.attempts > max_tries:
+            return MaxAttemptsExceeded(
+                f"max attempts exceeded ({max_tries}; worker lost or timed out on an earlier try)"
             )
-        else:
-            # Chains and batches advance before the ack (see tidings.workflows.hooks), and
-            # only while this worker still holds the job (a fresh lease, token checked).
-            if (body["chain"] or body.get("batch")) and not await self._still_held(
-                res, "its chain and batch moves and its ack"
-            ):
-                return
-            await self._retrying(lambda: self.host.after_success(job, body, res.queue))
-            self._acks.setdefault(res.queue, []).append((res.id, res.token))
-            self._ack_event.set()
-            self.host.emit(
-                JobProcessed(res.id, res.queue, name, res.attempts, _clock.monotonic() - t0)
-            )
+        return None
+
+    async def _pipeline(self, job: Job, run: JobRun, call: Callable[[], Awaitable[Any]]) -> Any:
+        """``call`` inside the built-in layers (batch gate, unique unlock), the App's
+        middleware and the job's own, outermost first; traced when tracing records."""
+        layers: list[Middleware] = [
+            *self.host.workflow_hooks.layers(run),
+            *self.host.job_middleware,
+            *job.middleware(),
+        ]
+        if tracing.ENABLED and tracing.recording():
+            if not layers:
+                return await tracing.run_job(run, call)
+            return await tracing.run_job(run, lambda: run_through(layers, job, call))
+        if not layers:
+            return await call()
+        return await run_through(layers, job, call)
 
     async def _invoke(self, job: Job, run: JobRun, timeout_s: float | None) -> Any:
         handle = job.handle
@@ -231,16 +176,16 @@ class JobRunner(WorkerBase):
         ctx = contextvars.copy_context()
         ctx.run(_run.set, run)
         try:
-            result = await self._runner.submit(
-                self._wrapped(handle), ctx, limit, alone=len(self._running) == 1
+            result = await self.threads.submit(
+                self.host.wrap_thread_call(handle), ctx, limit, alone=self._alone()
             )
         except Overran:
-            # A thread cannot be cancelled: fail or release this job, finish the others,
+            # A thread cannot be cancelled: fail or retry this job, finish the others,
             # and exit non-zero so the supervisor starts a fresh process.
             log.error(
                 "sync job %s overran its timeout of %ss; the worker will exit", run.job_id, limit
             )
-            self.stop("a sync job could not be cancelled after its timeout", EXIT_STUCK)
+            self._stop("a sync job could not be cancelled after its timeout", EXIT_STUCK)
             raise JobTimeout(
                 f"job ran longer than its timeout of {limit}s (sync; worker recycled)"
             ) from None
@@ -257,30 +202,25 @@ class JobRunner(WorkerBase):
         limit = timeout if timeout and timeout > 0 else None
         load = functools.partial(serializer.decode, body["data"], self.host.resolve_class)
         try:
-            return await self._runner.submit(
-                self._wrapped(load), contextvars.copy_context(), limit
+            return await self.threads.submit(
+                self.host.wrap_thread_call(load), contextvars.copy_context(), limit
             )
         except Overran:
             log.error("loading the models of %s overran %ss; the worker will exit", res.id, limit)
-            self.stop("a model load could not be cancelled after its timeout", EXIT_STUCK)
+            self._stop("a model load could not be cancelled after its timeout", EXIT_STUCK)
             raise JobTimeout(
                 f"loading the job's models took longer than its timeout of {limit}s"
             ) from None
 
-    def _wrapped(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn`` inside the host's per-thread wrapper (the Django integration closes
-        stale database connections around it)."""
-        return self.host.wrap_thread_call(fn)
-
-    async def _on_exception(
+    def _after_exception(
         self,
         res: Reserved,
         body: JobBody,
         job: Job | None,
         exc: BaseException,
         max_tries: int,
-        t0: float,
-    ) -> None:
+    ) -> Outcome:
+        """Retry with backoff while tries are left; else fail."""
         exceptions = res.exceptions + 1
         retry = not getattr(exc, "permanent", False)
         until = body["retryUntil"]
@@ -291,73 +231,9 @@ class JobRunner(WorkerBase):
         if body["maxExceptions"] and exceptions >= body["maxExceptions"]:
             retry = False
         if not retry:
-            await self._fail(res, body, job, exc, t0)
-            return
+            return Fail(exc, body, job)
         delay = delay_for(body["backoff"], res.attempts, default_s=self.opts.backoff_s)
         hinted = getattr(exc, "retry_after_s", None)
         if hinted:
             delay = max(delay, float(hinted))
-        k = self.rq.keys(res.queue)
-        self._settling(res)
-        done = await self._retrying(lambda: self.broker.release(k, res, delay, exception=True))
-        if done == -1:
-            self._reservation_lost(res, "its release for a retry")
-            return
-        self.host.emit(
-            JobReleased(
-                res.id,
-                res.queue,
-                body["displayName"],
-                res.attempts,
-                delay,
-                _clock.monotonic() - t0,
-                short_error(exc),
-            )
-        )
-
-    async def _fail(
-        self,
-        res: Reserved,
-        body: JobBody | None,
-        job: Job | None,
-        exc: BaseException,
-        t0: float,
-        *,
-        name: str | None = None,
-    ) -> None:
-        display = name or (body["displayName"] if body else "(unknown)")
-        # A stale holder must not run failed(), a chain's catch or a batch's failure count
-        # for a job that was handed out again: check the token (and renew) first.
-        if not await self._still_held(res, "its failure"):
-            return
-        if job is not None:
-            try:
-                out = job.failed(exc)
-                if inspect.isawaitable(out):
-                    await out
-            except Exception:
-                log.exception("failed() hook of %s raised", display)
-        info = {
-            "exception": _exception_text(exc),
-            "name": display,
-            "queue": res.queue,
-            "attempts": res.attempts,
-        }
-        if body is not None:
-            await self._retrying(lambda: self.host.after_failure(job, body, res.queue))
-        k = self.rq.keys(res.queue)
-        self._settling(res)
-        moved = await self._retrying(lambda: self.broker.fail(k, res, info))
-        if moved is False:
-            self._reservation_lost(res, "its move to the failed store")
-            return
-        self.host.emit(
-            JobFailed(
-                res.id,
-                res.queue,
-                display,
-                res.attempts,
-                short_error(exc),
-                _clock.monotonic() - t0,
-            )
-        )
+        return Retry(body, delay, exc)

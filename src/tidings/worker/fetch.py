@@ -1,40 +1,102 @@
-"""The fetch side of the worker: keep ``concurrency`` jobs in flight, never sleep-poll.
+"""The fetch loop: keep ``concurrency`` jobs in flight, never sleep-poll.
 
-The fetch loop pops from the queues in priority order, each pop reserving as many jobs
-as there are free slots. When every queue is empty it blocks on all their wake-up lists
-at once, for at most the time until the next delayed job is due. The pop of the first
-queue rides behind that wait (see :mod:`tidings.worker.wakeup`): a wake-up's reply
-carries the reserved jobs, and with one queue the loop needs no pop of its own after it.
+It pops from the queues in priority order, each pop reserving as many jobs as there are
+free slots. When every queue is empty it blocks on all their wake-up lists at once, for
+at most the time until the next delayed job is due. The pop of the first queue rides
+behind that wait (:mod:`tidings.worker.wakeup`): a wake-up's reply carries the reserved
+jobs, and with one queue the loop needs no pop of its own after it.
 
-Stopping ends a blocking wait at once (``CLIENT UNBLOCK``) instead of cutting the
-connection, so the jobs the pop behind it reserved come back and are given back.
+Stopping or pausing (SIGUSR2) ends a blocking wait at once (``CLIENT UNBLOCK``) instead
+of cutting the connection; jobs the pop behind it reserved are given back, uncounted,
+never started while the worker is paused.
+
+A job whose lease expired before (``stalls`` > 0: its worker died or froze with it) is a
+suspect: the pop hands it out alone, and the worker runs it with nothing beside it (the
+jobs it runs finish and are acked first). A job that kills its process then takes only
+itself down, and its stalls, not its neighbours', run up to ``max_stalls``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import redis.asyncio
 from redis.exceptions import ResponseError
 
+from tidings.moves.consume import Broker, Reserved
 from tidings.redis import scripts
-from tidings.worker.base import REDIS_ERRORS, is_transient, short_error
-from tidings.worker.execute import JobRunner
-from tidings.worker.wakeup import SlotWaits
+from tidings.redis.errors import REDIS_ERRORS, is_transient
+from tidings.redis.keys import QueueKeys
+from tidings.worker.acks import AckBatcher
+from tidings.worker.held import HeldJob, HeldJobs, State
+from tidings.worker.options import WorkerOptions, short_error
+from tidings.worker.wakeup import SlotWaits, Waiter
 
 log = logging.getLogger("tidings.worker")
 
+Start = Callable[[HeldJob, float], asyncio.Task[None]]
+GiveBack = Callable[[Reserved], Awaitable[None]]
 
-class Fetcher(JobRunner):
-    """Reserves jobs and starts them (see the module docstring)."""
 
-    def stop(self, reason: str = "stopped", code: int | None = None) -> None:
-        """Stop taking jobs; running ones finish (released after the grace period)."""
-        waiter = None if self._stopping else self._waiter
-        super().stop(reason, code)
-        if waiter is not None:
+class Fetcher:
+    """Reserves jobs and hands them to ``start`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        options: WorkerOptions,
+        keys: Sequence[QueueKeys],
+        broker: Broker,
+        held: HeldJobs,
+        acks: AckBatcher,
+        wait: Waiter | SlotWaits,
+        blocking: redis.asyncio.Redis,
+        *,
+        start: Start,
+        give_back: GiveBack,
+    ) -> None:
+        self.opts = options
+        self.keys = list(keys)
+        self.broker = broker
+        self.held = held
+        self.acks = acks
+        self.wait = wait
+        self.blocking = blocking
+        self._start = start
+        self._give_back = give_back
+        self.stopping = False
+        self.resumed = asyncio.Event()
+        self.resumed.set()
+        self._waiter: asyncio.Future[Any] | None = None
+        self._interrupting: asyncio.Task[None] | None = None
+        self._wait_errors = 0
+
+    # -- control ------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Take no more jobs; end a blocking wait at once."""
+        self.stopping = True
+        self.resumed.set()
+        self.held.slot_free.set()
+        self._end_wait()
+
+    def pause(self) -> None:
+        """Take no jobs until :meth:`resume` (SIGUSR2); a wait in progress ends now."""
+        self.resumed.clear()
+        self._end_wait()
+
+    def resume(self) -> None:
+        self.resumed.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self.resumed.is_set()
+
+    def _end_wait(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
             # Do not sit out a blocking wait of up to --sleep: the grace period starts now.
             self._interrupting = asyncio.ensure_future(self._interrupt_wait(waiter))
 
@@ -43,30 +105,33 @@ class Fetcher(JobRunner):
         # back and are given back, rather than cutting the connection under it. The wait
         # may not have reached Redis yet: try a few times.
         for _ in range(20):
-            if waiter.done() or self._wait is None:
+            if waiter.done():
                 return
             try:
                 # Bounded: a CLIENT UNBLOCK that hangs (a node going away) must not hold
                 # up the exit; cancelling the read is the fallback.
-                if await asyncio.wait_for(self._wait.interrupt(), 2.0):
+                if await asyncio.wait_for(self.wait.interrupt(), 2.0):
                     return
             except (*REDIS_ERRORS, TimeoutError):
                 break
             await asyncio.sleep(0.05)
         waiter.cancel()
 
-    async def _fetch_loop(self) -> None:
+    # -- the loop -----------------------------------------------------------------------
+
+    async def run(self) -> None:
         backoff = 0.05
         # What the pop behind the last blocking wait found (see _block).
         carried: tuple[bool, float | None] | None = None
-        while not self._stopping:
-            await self._resume.wait()
-            if self._stopping:
+        while not self.stopping:
+            await self.resumed.wait()
+            if self.stopping:
                 break
-            free = self.opts.concurrency - len(self._running)
+            free = self.opts.concurrency - self.held.running
             if free <= 0:
-                self._slot_free.clear()
-                await self._slot_free.wait()
+                self.held.slot_free.clear()
+                if self.opts.concurrency - self.held.running <= 0:
+                    await self.held.slot_free.wait()
                 continue
             if carried is not None:
                 (got, wait), carried = carried, None
@@ -86,9 +151,8 @@ class Fetcher(JobRunner):
             if got:
                 if self.opts.once:
                     await self._wait_all()
-                    self.stop("--once")
-                    continue
-                free = self.opts.concurrency - len(self._running)
+                    break
+                free = self.opts.concurrency - self.held.running
                 if wait == 0 or len(self.keys) > 1 or free <= 0:
                     continue  # more are ready (pop again), or no slot is free
                 # The one queue is empty now: wait for more without an empty pop first,
@@ -97,9 +161,8 @@ class Fetcher(JobRunner):
             else:
                 # --stop-when-empty waits for delayed and released jobs and for leases
                 # held elsewhere (as Laravel's size() counts them); --once does not.
-                idle = not self._running and (wait is None or self.opts.once)
+                idle = not self.held.running and (wait is None or self.opts.once)
                 if (self.opts.stop_when_empty or self.opts.once) and idle:
-                    self.stop("queue empty")
                     break
             if wait is not None and wait <= 0.15:
                 # Redis checks blocking timeouts on its 10 Hz tick (up to ~100 ms late):
@@ -110,7 +173,7 @@ class Fetcher(JobRunner):
             carried = await self._block(timeout, 1 if self.opts.once else free)
 
     async def _wait_all(self) -> None:
-        tasks = [r.task for r in self._running.values() if r.task is not None]
+        tasks = self.held.tasks()
         if tasks:
             await asyncio.wait(tasks)
 
@@ -125,8 +188,7 @@ class Fetcher(JobRunner):
                 if is_transient(exc):
                     raise
                 # Data, not Redis, is broken (a key of the wrong type written by hand):
-                # this queue is skipped with an error line; the others and the worker go
-                # on (issue 12: the fetch loop never dies of data).
+                # this queue is skipped with an error line; the others and the worker go on.
                 log.error("cannot pop from queue %r: %s", k.name, short_error(exc))
                 continue
             if res.dropped:
@@ -138,29 +200,74 @@ class Fetcher(JobRunner):
                 )
             if res.wait_s is not None:
                 wait = res.wait_s if wait is None else min(wait, res.wait_s)
-            for job in res.jobs:
+            if res.jobs:
                 got = True
-                self._start(job, res.now_s)
+                if await self._take(res.jobs, res.now_s):
+                    break  # a suspect ran alone: pop again from the first queue
             n_max -= len(res.jobs)
             if n_max <= 0:
                 break
         return got, wait
+
+    async def _take(self, jobs: Sequence[Reserved], now_s: float) -> bool:
+        """Start the popped ``jobs`` (or give them back when paused or stopping);
+        True when one was a suspect, run alone."""
+        if self.stopping or self.paused:
+            for res in jobs:
+                if self.held.get(res.id) is None:
+                    await self._give_back(res)  # never started while paused
+                else:
+                    self.held.hold(res)  # adopted: the run in progress goes on
+            return False
+        suspect = False
+        for res in jobs:
+            if res.stalls > 0 and len(jobs) == 1 and self.held.get(res.id) is None:
+                suspect = True
+                await self._run_alone(res, now_s)
+                continue
+            held = self.held.hold(res)
+            if held is not None:
+                self._start(held, now_s)
+        return suspect
+
+    async def _run_alone(self, res: Reserved, now_s: float) -> None:
+        """Run a suspect job with nothing beside it (see the module docstring)."""
+        held = self.held.hold(res, State.WAITING)
+        if held is None:
+            return
+        while self.held.running > 1 and not self.stopping:
+            self.held.slot_free.clear()
+            if self.held.running > 1:
+                await self.held.slot_free.wait()
+        await self.acks.flush()
+        if self.stopping:
+            self.held.drop(held)
+            await self._give_back(res)
+            return
+        log.info(
+            "%s stalled before (%d); running it alone in case it is what brought its worker down",
+            res.id,
+            res.stalls,
+        )
+        self.held.set_state(held, State.RUNNING)
+        task = self._start(held, now_s)
+        await asyncio.wait([task])
+        await self.acks.flush()
 
     async def _block(self, timeout: float, n: int) -> tuple[bool, float | None] | None:
         """Wait up to ``timeout`` for a wake-up on any queue. The pop of the first queue
         rides behind the wait (see :mod:`tidings.worker.wakeup`): its jobs are started
         here, and with one queue what it found is returned, so the fetch loop needs no
         pop of its own; None: the fetch loop pops as usual."""
-        assert self._blocking is not None and self._wait is not None
         notify = [k.notify for k in self.keys]
         wait: Awaitable[Any]
-        if isinstance(self._wait, SlotWaits):
-            wait = self._wait.wait(timeout)  # several queues on Redis Cluster
-        elif self._wait.pipelines:
+        if isinstance(self.wait, SlotWaits):
+            wait = self.wait.wait(timeout)  # several queues on Redis Cluster
+        elif self.wait.pipelines:
             keys, args = self.broker.pop_command(self.keys[0], n)
-            wait = self._wait.wait(notify, timeout, scripts.POP, keys, args)
+            wait = self.wait.wait(notify, timeout, scripts.POP, keys, args)
         else:
-            wait = self._blocking.blpop(notify, timeout=timeout)
+            wait = self.blocking.blpop(notify, timeout=timeout)
         self._waiter = asyncio.ensure_future(wait)
         try:
             raw = await self._waiter
@@ -170,16 +277,15 @@ class Fetcher(JobRunner):
                 raise  # the fetch loop itself is cancelled, not just the wait
             return None
         except (*REDIS_ERRORS, ResponseError) as exc:
+            self._wait_errors += 1
             if not is_transient(exc):
-                # Broken data behind the pop that rides the wait (issue 12): the fetch
-                # loop's own pop reports it per queue; never die of it.
+                # Broken data behind the pop that rides the wait: the fetch loop's own
+                # pop reports it per queue; never die of it.
                 log.error("wait failed: %s", short_error(exc))
-                self._wait_errors += 1
                 await asyncio.sleep(min(timeout, 0.05 * 2 ** min(self._wait_errors, 5)))
                 return None
             # The fetch loop pops at once (a killed connection costs no wait) and backs
             # off if Redis is down; only a wait failing again and again sleeps here.
-            self._wait_errors += 1
             log.warning("redis unavailable while waiting (%s)", short_error(exc))
             if self._wait_errors > 1:
                 await asyncio.sleep(min(timeout, 0.05 * 2 ** min(self._wait_errors, 5)))
@@ -187,15 +293,10 @@ class Fetcher(JobRunner):
         finally:
             self._waiter = None
         self._wait_errors = 0
-        if isinstance(self._wait, SlotWaits) or not self._wait.pipelines or raw is None:
+        if isinstance(self.wait, SlotWaits) or not self.wait.pipelines or raw is None:
             return None
         res = self.broker.read_pop(self.keys[0], raw)
-        if self._stopping:
-            for job in res.jobs:  # reserved as the wait was ended: give them back
-                await self._release_now(job)
-            return None
-        for job in res.jobs:
-            self._start(job, res.now_s)
-        if len(self.keys) > 1:
+        suspect = await self._take(res.jobs, res.now_s)
+        if len(self.keys) > 1 or suspect or self.stopping or self.paused:
             return None
         return bool(res.jobs), res.wait_s

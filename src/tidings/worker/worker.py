@@ -1,30 +1,22 @@
-"""The asyncio worker: reserve in batches, run up to N jobs at once, ack in batches.
+"""The asyncio worker, wired from its parts: reserve in batches, run up to N jobs at
+once, settle each, ack in batches.
 
-One fetch loop keeps ``concurrency`` jobs in flight. It pops from the queues in priority
-order (each pop reserves as many jobs as there are free slots) and, when every queue is
-empty, blocks on all their wake-up lists at once for at most the time until the next
-delayed job is due, so no worker sleep-polls. Async handlers run as tasks, sync ones on
-long-lived threads fed in batches (:mod:`tidings.worker.threads`). Acks collect while one
-is in flight and go out together.
+Each part is one object with its own state; :class:`Worker` builds them, starts their
+tasks under one supervisor and drains on stop::
 
-A housekeeping task renews the leases of running jobs every third of ``retry_after`` and
-checks the restart signal, ``--memory`` and ``--max-time``. Redis errors anywhere are
-logged and retried with a capped backoff; the worker never dies of them.
+    Fetcher       fetch.py     the fetch loop, pops, the blocking wait, pause, suspects
+    HeldJobs      held.py      every reservation of this worker, one per job id
+    Executor      execute.py   one job: decode, middleware, timeout -> an Outcome
+    Settler       settle.py    an Outcome in Redis: workflows, release, fail (fenced)
+    AckBatcher    acks.py      acks in batches, a queue's broken data kept to that queue
+    LeaseKeeper   leases.py    lease renewal every third of retry_after
+    Upkeep        upkeep.py    restart signal, server watch, --memory, --max-time
+    Supervised    tasks.py     background tasks restarted or the worker stopped, never silent
+    SyncRunner    threads.py   the job threads sync handlers run on
 
-The worker is put together from one mixin a concept, all on one shared state::
-
-    Worker(Fetcher(JobRunner(WorkerBase)), Upkeep(WorkerBase))
-
-    WorkerBase  worker_base    options, host contract, exit codes, transient Redis errors;
-                               the shared state, stop(), Redis moves retried through outages
-    JobRunner   worker_jobs    one job: decode, middleware, timeout; ack, release or fail
-    Fetcher     worker_fetch   the fetch loop, pops, the blocking wait and its interrupt
-    Upkeep      worker_upkeep  acks in batches, leases, restart, --memory, --max-time
-    Worker      (here)         lifecycle: run, signals, start-up checks, drain within --grace
-
-The names the CLI, the supervisor and tests import (``Worker``, ``WorkerOptions``,
-``WorkerHost``, the ``EXIT_*`` codes, ``REDIS_ERRORS``, ``is_transient``) are
-re-exported here.
+One job, start to end: ``Fetcher._take`` holds it and calls :meth:`Worker._start`;
+``_run_one`` asks the executor for an outcome and hands it to the settler; a ``Done``
+ends in the ack batcher, whose confirmed ack drops the job from ``HeldJobs``.
 """
 
 from __future__ import annotations
@@ -34,142 +26,286 @@ import contextlib
 import logging
 import os
 import signal
+from collections.abc import Coroutine
 from typing import Any
 
+import redis.asyncio
 from redis.exceptions import ResponseError
 
+from tidings import _clock
 from tidings.errors import ConfigurationError
-from tidings.moves.consume import Broker
+from tidings.moves.consume import Broker, Reserved
 from tidings.observability.lifecycle import WorkerStarting, WorkerStopping
+from tidings.observability.metrics import WorkerSnapshot
 from tidings.redis.clients import async_client
-from tidings.worker.base import (
-    EXIT_CONFIG,
-    EXIT_MEMORY,
-    EXIT_STUCK,
-    REDIS_ERRORS,
-    WorkerHost,
-    WorkerOptions,
-    is_transient,
-    short_error,
-)
-from tidings.worker.execute import MAX_EXCEPTION_TEXT
+from tidings.redis.errors import REDIS_ERRORS, is_transient
+from tidings.worker.acks import AckBatcher
+from tidings.worker.execute import Executor
 from tidings.worker.fetch import Fetcher
 from tidings.worker.health import ServerWatch
+from tidings.worker.held import HeldJob, HeldJobs, State
+from tidings.worker.host import WorkerHost
+from tidings.worker.leases import LeaseKeeper
+from tidings.worker.options import (
+    EXIT_CONFIG,
+    EXIT_MEMORY,
+    EXIT_SOFTWARE,
+    EXIT_STUCK,
+    MAX_EXCEPTION_TEXT,
+    WorkerOptions,
+    short_error,
+)
+from tidings.worker.outcome import Fail
+from tidings.worker.retrying import GaveUp, retrying
+from tidings.worker.settle import Settler
+from tidings.worker.tasks import Supervised
+from tidings.worker.threads import SyncRunner
 from tidings.worker.upkeep import Upkeep
 from tidings.worker.wakeup import make_waiter
 
 __all__ = [
     "EXIT_CONFIG",
     "EXIT_MEMORY",
+    "EXIT_SOFTWARE",
     "EXIT_STUCK",
     "MAX_EXCEPTION_TEXT",
-    "REDIS_ERRORS",
     "Worker",
     "WorkerHost",
     "WorkerOptions",
-    "is_transient",
 ]
 
 log = logging.getLogger("tidings.worker")
 
 
-class Worker(Fetcher, Upkeep):
+class Worker:
     """Runs jobs from one connection's queues until told to stop."""
+
+    def __init__(self, host: WorkerHost, options: WorkerOptions) -> None:
+        self.host = host
+        self.opts = options
+        self.rq = host.queue_for(options.connection)
+        self.keys = [self.rq.keys(q) for q in options.queues]
+        self.exit_code = 0
+        self.processed = 0
+        self.held = HeldJobs()
+        self.threads = SyncRunner(max(1, options.concurrency), thread_name_prefix="job")
+        self.tasks = Supervised(self._part_died)
+        self._stopping = False
+        self._stop_reason = ""
+        self._signals = 0
+        self._client: redis.asyncio.Redis | None = None
+        self._blocking: redis.asyncio.Redis | None = None
+        self._fetcher: Fetcher | None = None
+        self._settler: Settler | None = None
+
+    # -- what others read ---------------------------------------------------------------
+
+    @property
+    def client(self) -> redis.asyncio.Redis | None:
+        """The worker's Redis client (None before :meth:`run` connects)."""
+        return self._client
+
+    @property
+    def reservations_lost(self) -> int:
+        return self._settler.reservations_lost if self._settler is not None else 0
 
     @property
     def threads_left(self) -> bool:
         """Whether sync handlers are still running in threads (stuck, or past the grace
         period): the process must then exit without joining them."""
-        return self._runner.busy > 0
+        return self.threads.busy > 0
+
+    def snapshot(self) -> WorkerSnapshot:
+        """What the worker shows of itself (heartbeats, metrics, the dashboard)."""
+        return WorkerSnapshot(
+            queues=tuple(self.opts.queues),
+            concurrency=self.opts.concurrency,
+            running=self.held.running,
+            processed=self.processed,
+            reservations_lost=self.reservations_lost,
+            stopping=self._stopping,
+            exit_code=self.exit_code,
+        )
+
+    def envelope_of(self, job_id: str) -> bytes | None:
+        """The envelope of a job this worker holds (None when it holds none)."""
+        held = self.held.get(job_id)
+        return held.reserved.envelope if held is not None else None
+
+    # -- control ------------------------------------------------------------------------
+
+    def stop(self, reason: str = "stopped", code: int | None = None) -> None:
+        """Stop taking jobs; running ones finish (released after the grace period)."""
+        if code is not None and self.exit_code == 0:
+            self.exit_code = code
+        if not self._stopping:
+            self._stopping = True
+            self._stop_reason = reason
+            if self._fetcher is not None:
+                self._fetcher.stop()
+
+    def _part_died(self, name: str) -> None:
+        self.stop(f"its {name} task kept dying", EXIT_SOFTWARE)
 
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
         if self._signals > 1:
             log.warning("second signal: exiting now, running jobs stay reserved")
             os._exit(1)
-        name = signal.Signals(signum).name
+        n = self.held.running
         log.info(
             "%s: finishing %d running %s (grace %gs); a second signal exits at once",
-            name,
-            len(self._running),
-            "job" if len(self._running) == 1 else "jobs",
+            signal.Signals(signum).name,
+            n,
+            "job" if n == 1 else "jobs",
             self.opts.grace_s,
         )
-        self.stop(f"signal {name}")
+        self.stop(f"signal {signal.Signals(signum).name}")
+
+    def _pause(self) -> None:
+        log.info("paused (SIGCONT resumes)")
+        if self._fetcher is not None:
+            self._fetcher.pause()
+
+    def _resume(self) -> None:
+        if self._fetcher is not None and self._fetcher.paused:
+            log.info("resumed")
+            self._fetcher.resume()
 
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal, sig)
             loop.add_signal_handler(signal.SIGUSR2, self._pause)
-            loop.add_signal_handler(signal.SIGCONT, self._resume.set)
+            loop.add_signal_handler(signal.SIGCONT, self._resume)
 
-    def _pause(self) -> None:
-        log.info("paused (SIGCONT resumes)")
-        self._resume.clear()
+    # -- one job ------------------------------------------------------------------------
+
+    def _start(self, held: HeldJob, now_s: float) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._run_one(held, now_s))
+        held.task = task
+        return task
+
+    async def _run_one(self, held: HeldJob, now_s: float) -> None:
+        assert self._settler is not None
+        t0 = _clock.monotonic()
+        try:
+            self._fault("after_pop")
+            outcome = await self.executor.run(held.reserved, now_s)
+            if not isinstance(outcome, Fail):
+                self._fault("before_ack")
+            await self._settler.settle(held, outcome, t0)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug in the worker itself: the job is left to its lease
+            log.exception("internal error while processing %s", held.reserved.id)
+            self.held.drop(held)
+        finally:
+            if held.state is not State.ACKING:
+                self.held.drop(held)
+            self.processed += 1
+            if self.opts.max_jobs and self.processed >= self.opts.max_jobs:
+                self.stop("--max-jobs reached")
+            if self.opts.rest_s:
+                await asyncio.sleep(self.opts.rest_s)
+
+    def _fault(self, point: str) -> None:
+        if self.opts.fault_point == point:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    async def _give_back(self, res: Reserved) -> None:
+        """Give a reserved job back, ready at once, without counting the attempt."""
+        assert self._broker is not None
+        broker, k = self._broker, self.rq.keys(res.queue)
+        try:
+            await retrying(
+                lambda: broker.release(k, res, 0, uncount=True),
+                limit_s=self.opts.give_up_s,
+                what=f"giving back {res.id}",
+            )
+        except GaveUp:
+            pass  # logged; its lease ends and it runs again
+        except ResponseError as exc:
+            log.error("queue %r: cannot give back %s (%s)", res.queue, res.id, short_error(exc))
+
+    # -- lifecycle ----------------------------------------------------------------------
 
     async def run(self) -> int:
         """Work until stopped; returns the process exit code."""
-        loop = asyncio.get_running_loop()
-        self._install_signals(loop)
-        self._client = async_client(self.rq.url)
+        self._install_signals(asyncio.get_running_loop())
+        self._client = client = async_client(self.rq.url)
         self._blocking = async_client(self.rq.url, socket_timeout_s=self.opts.sleep_s + 10.0)
-        self._wait = make_waiter(self._blocking, self.keys, self.opts.sleep_s)
-        self.broker = Broker(
-            self._client,
-            retry_after_s=self.host.retry_after_s,
-            max_bytes=self.host.max_payload_bytes,
+        wait = make_waiter(self._blocking, self.keys, self.opts.sleep_s)
+        self._broker = broker = Broker(
+            client, retry_after_s=self.host.retry_after_s, max_bytes=self.host.max_payload_bytes
         )
-        if not await self._startup_checks():
-            for c in (self._client, self._blocking):
-                with contextlib.suppress(Exception):
-                    await c.aclose()
-            self._runner.close(wait=False)
-            return self.exit_code
-        self.host.emit(WorkerStarting(tuple(self.opts.queues), os.getpid()))
-        acker = asyncio.create_task(self._ack_loop())
-        keeper = asyncio.create_task(self._housekeeping())
-        fetcher = asyncio.create_task(self._fetch_loop())
-        # The App's own tasks for this process (the scheduler, the supervisor heartbeat).
-        tasks: list[Any] = getattr(self.host, "worker_tasks", lambda w: [])(self)
-        side = [asyncio.create_task(c) for c in tasks]
+        acks = AckBatcher(
+            self.rq, broker, self.held,
+            report_lost=lambda h, what: settler.report_lost(h, what),
+            stopping=lambda: self._stopping,
+        )  # fmt: skip
+        self._settler = settler = Settler(self.host, self.opts, self.rq, broker, self.held, acks)
+        self.executor = Executor(
+            self.host, self.opts, self.threads,
+            prefix=self.rq.prefix,
+            stop=lambda reason, code: self.stop(reason, code),
+            alone=lambda: self.held.running == 1,
+        )  # fmt: skip
+        leases = LeaseKeeper(
+            self.rq, broker, self.held,
+            retry_after_s=self.host.retry_after_s, report_lost=settler.report_lost,
+        )  # fmt: skip
+        watch = ServerWatch(client, self.rq.prefix)
+        upkeep = Upkeep(client, self.rq.prefix, self.opts, watch, self.stop)
+        self._fetcher = fetcher = Fetcher(
+            self.opts, self.keys, broker, self.held, acks, wait, self._blocking,
+            start=self._start, give_back=self._give_back,
+        )  # fmt: skip
+        if self._stopping:
+            fetcher.stop()
         try:
-            await fetcher
-        finally:
-            for t in side:
-                t.cancel()
-            await asyncio.gather(*side, return_exceptions=True)
+            if not await self._startup_checks(watch, upkeep):
+                return self.exit_code
+            self.host.emit(WorkerStarting(tuple(self.opts.queues), os.getpid()))
+            self.tasks.start("acks", acks.run)
+            self.tasks.start("leases", leases.run)
+            self.tasks.start("upkeep", upkeep.run)
+            for i, coro in enumerate(self.host.worker_tasks(self)):
+                self.tasks.start(f"app-{i}", _once(coro), restart=False)
+            try:
+                await fetcher.run()
+            except Exception:
+                log.exception("the fetch loop died: the worker exits")
+                self.stop("its fetch loop died", EXIT_SOFTWARE)
+            self.stop(self._stop_reason or ("--once" if self.opts.once else "queue empty"))
+            await self.tasks.stop(self._app_tasks())
             await self._drain()
-            self._ack_event.set()
-            self._stopping = True
-            await self._flush_acks()
-            for t in (acker, keeper):
-                t.cancel()
-            await asyncio.gather(acker, keeper, return_exceptions=True)
+            await acks.flush(limit_s=max(1.0, min(self.opts.grace_s, 10.0)))
+            await self.tasks.stop()
             self.host.emit(WorkerStopping(self.exit_code, self._stop_reason))
-            stopped = getattr(self.host, "worker_stopped", None)  # e.g. close SMTP/HTTP clients
-            if stopped is not None:
-                try:
-                    await stopped(self)
-                except Exception:
-                    log.exception("worker_stopped hook raised")
-            self._runner.close(wait=not self.threads_left)
-            await self._wait.close()
+            try:
+                await self.host.worker_stopped(self)  # e.g. close SMTP/HTTP clients
+            except Exception:
+                log.exception("worker_stopped hook raised")
+        finally:
+            self.threads.close(wait=not self.threads_left)
+            await wait.close()
             for c in (self._client, self._blocking):
                 with contextlib.suppress(Exception):
                     await c.aclose()
         return self.exit_code
 
-    async def _startup_checks(self) -> bool:
+    def _app_tasks(self) -> list[str]:
+        return [n for n in self.tasks.names() if n.startswith("app-")]
+
+    async def _startup_checks(self, watch: ServerWatch, upkeep: Upkeep) -> bool:
         """Check the server once (see :mod:`tidings.worker.health`), waiting for Redis to
         come up; False when the worker must not run (too old a Redis, or stopped)."""
-        assert self._client is not None
-        self.watch = ServerWatch(self._client, self.rq.prefix)
         delay = 0.05
         while not self._stopping:
             try:
-                await self.watch.startup()
-                await self._check_restart(initial=True)
+                await watch.startup()
+                await upkeep.check_restart(initial=True)
                 return True
             except ConfigurationError as exc:
                 log.critical("refusing to start: %s", exc)
@@ -188,14 +324,26 @@ class Worker(Fetcher, Upkeep):
         return False
 
     async def _drain(self) -> None:
-        """Wait for running jobs; release the ones still running after the grace period."""
-        pending = [r.task for r in self._running.values() if r.task is not None]
-        if pending:
-            _, still = await asyncio.wait(pending, timeout=self.opts.grace_s)
-            for r in list(self._running.values()):
-                if r.task in still:
-                    r.task.cancel()
-                    log.warning("releasing %s: still running after the grace period", r.reserved.id)
-                    await self._release_now(r.reserved)
-            if still:
-                await asyncio.wait(still, timeout=1.0)
+        """Wait for running jobs; give back the ones still running after the grace period."""
+        pending = self.held.tasks()
+        if not pending:
+            return
+        _, still = await asyncio.wait(pending, timeout=self.opts.grace_s)
+        for held in self.held:
+            if held.task in still:
+                assert held.task is not None
+                held.task.cancel()
+                log.warning("releasing %s: still running after the grace period", held.reserved.id)
+                self.held.set_state(held, State.SETTLING)
+                await self._give_back(held.reserved)
+        if still:
+            await asyncio.wait(still, timeout=1.0)
+
+
+def _once(coro: Coroutine[Any, Any, None]) -> Any:
+    """A factory for :class:`Supervised` that runs ``coro`` (a coroutine object) once."""
+
+    async def run() -> None:
+        await coro
+
+    return run

@@ -1,19 +1,21 @@
 """Where the worker's job lifecycle meets chains, batches and unique jobs.
 
-The App forwards three worker calls here:
+The worker calls one object, :class:`WorkflowHooks` (the App holds it as
+``app.workflow_hooks``):
 
-* :func:`builtin_layers` - middleware every job runs through before its own: a batch
-  job's gate (skip when the batch was cancelled or already counted this job) and a
-  ``unique_until="processing"`` job's unlock.
-* :func:`on_success` - after ``handle`` succeeded, before the ack: push the next chain
-  link, record the batch outcome (which may fire callbacks).
-* :func:`on_final_failure` - when a job has finally failed, before it moves to the failed
-  store: push the chain's catch callback, record the batch failure.
+* :meth:`~WorkflowHooks.layers` - middleware every job runs through before its own: a
+  batch job's gate (skip when the batch was cancelled or already counted this job) and
+  a ``unique_until="processing"`` job's unlock.
+* :meth:`~WorkflowHooks.on_success` - after ``handle`` succeeded, before the ack: push
+  the next chain link, record the batch outcome (which may fire callbacks).
+* :meth:`~WorkflowHooks.on_final_failure` - when a job has finally failed, before it
+  moves to the failed store: push the chain's catch callback, record the batch failure.
 
 Every push these make has an id fixed in advance and goes through
-:func:`~tidings.moves.push_once.push_once`, and every count is a Lua script that remembers
-the ids it counted, so a worker dying between these calls and the ack (the job is then
-re-delivered and calls them again) neither runs a link twice nor counts a job twice.
+:func:`~tidings.moves.push_once.push_once`, and every count is a Lua script that
+remembers the ids it counted, so a worker dying between these calls and the ack (the
+job is then re-delivered and calls them again) neither runs a link twice nor counts a
+job twice.
 """
 
 from __future__ import annotations
@@ -21,40 +23,45 @@ from __future__ import annotations
 from typing import Any
 
 from tidings.jobs.job import Job, JobRun
+from tidings.jobs.middleware import Middleware
 from tidings.wire.envelope import JobBody
 from tidings.workflows import batch as batches
 from tidings.workflows.unique import UniqueStart
 
 
-def builtin_layers(app: Any, run: JobRun | None) -> list[Any]:
-    """The built-in middleware of the run in progress (usually none)."""
-    if run is None or not isinstance(run.body, dict):
-        return []
-    body = run.body
-    layers: list[Any] = []
-    if body.get("batch"):
-        layers.append(batches.BatchGate(app, body["batch"], run.job_id))
-    if body.get("unique"):
-        conn = body.get("uniqueConnection")
-        layers.append(UniqueStart(app, run.queue, body["unique"], run.job_id, conn))
-    return layers
+class WorkflowHooks:
+    """The workflow moves around one job (see the module docstring)."""
 
+    def __init__(self, app: Any) -> None:
+        self.app = app
 
-async def on_success(app: Any, job: Job, body: JobBody, queue: str) -> None:
-    """Advance the job's chain and count it in its batch (before its ack)."""
-    if body["chain"]:
-        from tidings.workflows.chain import push_next
+    def layers(self, run: JobRun | None) -> list[Middleware]:
+        """The built-in middleware of the run in progress (usually none)."""
+        if run is None or not isinstance(run.body, dict):
+            return []
+        body = run.body
+        layers: list[Middleware] = []
+        if body.get("batch"):
+            layers.append(batches.BatchGate(self.app, body["batch"], run.job_id))
+        if body.get("unique"):
+            conn = body.get("uniqueConnection")
+            layers.append(UniqueStart(self.app, run.queue, body["unique"], run.job_id, conn))
+        return layers
 
-        await push_next(app, body, queue)
-    if body.get("batch"):
-        await batches.record(app, body, "ok")
+    async def on_success(self, job: Job, body: JobBody, queue: str) -> None:
+        """Advance the job's chain and count it in its batch (before its ack)."""
+        if body["chain"]:
+            from tidings.workflows.chain import push_next
 
+            await push_next(self.app, body, queue)
+        if body.get("batch"):
+            await batches.record(self.app, body, "ok")
 
-async def on_final_failure(app: Any, job: Job | None, body: JobBody, queue: str) -> None:
-    """Fire the chain's catch and count the failure in the batch (before the failed move)."""
-    if body.get("chainCatch"):
-        from tidings.workflows.chain import push_catch
+    async def on_final_failure(self, job: Job | None, body: JobBody, queue: str) -> None:
+        """Fire the chain's catch and count the failure in the batch (before the failed move)."""
+        if body.get("chainCatch"):
+            from tidings.workflows.chain import push_catch
 
-        await push_catch(app, body)
-    if body.get("batch"):
-        await batches.record(app, body, "fail")
+            await push_catch(self.app, body)
+        if body.get("batch"):
+            await batches.record(self.app, body, "fail")

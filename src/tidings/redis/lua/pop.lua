@@ -19,6 +19,8 @@
 -- Run twice (a re-sent pop whose reply was lost, or the next pop after a failed one, with
 -- the same sequence number): the receipt names the jobs the first run reserved, and they
 -- are handed out again, still reserved under the same tokens, rather than left to stall.
+-- A job that stalled before (a suspect) is reserved only as the first of a pop, and ends
+-- it: the worker runs it alone (see tidings.worker.fetch).
 -- Bodies are never decoded here (cjson would rewrite them, and costs Redis time per job).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -175,6 +177,12 @@ while n < max do
     -- Decoded only off the frame (RELIABILITY B1); JSON that is not an envelope goes
     -- to the worker, which refuses it on first sight as a bad signature (B5).
     fail(id, 'malformed payload: not JSON', body)
+  elseif counts[3] > 0 and n > 0 then
+    -- A suspect (its lease expired before: its worker died or froze with it) is handed
+    -- out alone, so a job that kills its process takes no neighbours down with it.
+    -- Back to the head: the next pop hands it out by itself.
+    redis.call('LPUSH', KEYS[1], id)
+    break
   else
     redis.call('ZADD', KEYS[3], now + lease, id)
     -- One read and one write of the counters (attempts, exceptions, stalls, token).
@@ -184,6 +192,7 @@ while n < max do
     got[#got + 1] = id
     got[#got + 1] = last
     hand_out(id, body, last, counts)
+    if counts[3] > 0 then break end
   end
 end
 if #got > 0 then

@@ -1,0 +1,73 @@
+"""Renewing the leases of the jobs this worker holds, every third of ``retry_after``.
+
+A renewal that finds a job's token moved on reports the loss (once): the job was handed
+out again and may run elsewhere too; its moves here will be refused. A queue whose
+renewal fails on its data (a key of the wrong type) gets an ERROR line; the others are
+renewed as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from redis.exceptions import ResponseError
+
+from tidings import _clock
+from tidings.moves.consume import Broker
+from tidings.moves.queues import RedisQueue
+from tidings.redis.errors import REDIS_ERRORS, is_transient, reraise_cancel
+from tidings.worker.held import HeldJob, HeldJobs, State
+from tidings.worker.options import short_error
+
+log = logging.getLogger("tidings.worker")
+
+
+class LeaseKeeper:
+    """Keeps the leases of held jobs (see the module docstring)."""
+
+    def __init__(
+        self,
+        rq: RedisQueue,
+        broker: Broker,
+        held: HeldJobs,
+        *,
+        retry_after_s: float,
+        report_lost: Callable[[HeldJob, str], None],
+    ) -> None:
+        self.rq = rq
+        self.broker = broker
+        self.held = held
+        self.every_s = max(0.2, retry_after_s / 3)
+        self._report_lost = report_lost
+
+    async def run(self) -> None:
+        """The lease task."""
+        due = _clock.monotonic() + self.every_s
+        while True:
+            await asyncio.sleep(max(0.0, min(1.0, due - _clock.monotonic())))
+            if _clock.monotonic() < due:
+                continue
+            due = _clock.monotonic() + self.every_s
+            await self.renew()
+
+    async def renew(self) -> None:
+        """Renew every held lease once, a script call a queue."""
+        for queue, jobs in self.held.renewable().items():
+            sent = [(h.reserved.id, h.reserved.token) for h in jobs]
+            try:
+                lost = set(await self.broker.extend(self.rq.keys(queue), sent))
+            except (*REDIS_ERRORS, ResponseError) as exc:
+                reraise_cancel()
+                if is_transient(exc):
+                    log.warning("lease renewal: redis unavailable (%s)", short_error(exc))
+                    return
+                log.error("queue %r: cannot renew leases (%s)", queue, short_error(exc))
+                continue
+            for h, (job_id, token) in zip(jobs, sent, strict=True):
+                if job_id not in lost or h.state is State.SETTLING or h.adopted_since(token):
+                    continue
+                if self.held.get(job_id) is not h:
+                    continue  # settled meanwhile: not a loss
+                self._report_lost(h, "its lease renewal")

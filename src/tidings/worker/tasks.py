@@ -1,0 +1,73 @@
+"""Every background task of the worker, watched: none dies silently.
+
+A task that raises is logged at ERROR with its exception and started again after a
+short backoff; one that keeps dying (``MAX_RESTARTS`` within ``WINDOW_S``) stops the
+worker with ``EXIT_SOFTWARE``, so its supervisor starts a fresh process instead of
+leaving a half-alive worker that looks healthy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from tidings import _clock
+
+log = logging.getLogger("tidings.worker")
+
+MAX_RESTARTS = 5
+WINDOW_S = 60.0
+
+Factory = Callable[[], Coroutine[Any, Any, None]]
+
+
+class Supervised:
+    """Starts named tasks and restarts the ones that die (see the module docstring)."""
+
+    def __init__(self, on_fatal: Callable[[str], None]) -> None:
+        self._on_fatal = on_fatal
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def start(self, name: str, factory: Factory, *, restart: bool = True) -> asyncio.Task[None]:
+        """Run ``factory()`` as task ``name``; with ``restart``, again when it raises."""
+        task = asyncio.create_task(self._watch(name, factory, restart), name=f"tidings:{name}")
+        self._tasks[name] = task
+        return task
+
+    async def _watch(self, name: str, factory: Factory, restart: bool) -> None:
+        deaths: list[float] = []
+        while True:
+            try:
+                await factory()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("worker task %r died", name)
+            now = _clock.monotonic()
+            deaths = [t for t in deaths if now - t < WINDOW_S] + [now]
+            if not restart or len(deaths) > MAX_RESTARTS:
+                log.error(
+                    "worker task %r died %d times in %gs: the worker exits for its "
+                    "supervisor to start a fresh one",
+                    name,
+                    len(deaths),
+                    WINDOW_S,
+                )
+                self._on_fatal(name)
+                return
+            await asyncio.sleep(min(5.0, 0.1 * 2 ** len(deaths)))
+            log.warning("worker task %r restarted", name)
+
+    def names(self) -> list[str]:
+        return list(self._tasks)
+
+    async def stop(self, names: list[str] | None = None) -> None:
+        """Cancel the named tasks (all when ``names`` is None) and wait for them."""
+        picked = list(self._tasks) if names is None else [n for n in names if n in self._tasks]
+        chosen = [self._tasks.pop(n) for n in picked]
+        for t in chosen:
+            t.cancel()
+        await asyncio.gather(*chosen, return_exceptions=True)
