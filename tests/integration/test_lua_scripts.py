@@ -609,7 +609,11 @@ def test_20000_due_entries_migrate_in_chunks(rq: RedisQueue, which: str) -> None
     ready = r.lrange(k.ready, 0, -1)
     assert len(ready) == 20_000 and {i.decode() for i in ready} == set(ids)
     res = pop(rq, 100)
-    assert len(res.jobs) == 100 and all(j.attempts == 1 for j in res.jobs)
+    if which == "reserved":
+        # Recovered from an expired lease, each is a suspect: handed out alone.
+        assert len(res.jobs) == 1 and res.jobs[0].stalls == 1 and res.jobs[0].attempts == 1
+    else:
+        assert len(res.jobs) == 100 and all(j.attempts == 1 for j in res.jobs)
     print(f"L5 {which}: {calls} pop calls, slowest {slowest * 1000:.1f} ms (incl. round trip)")
     assert rq.clear("default") == 19_900
     assert r.hlen(k.jobs) == 100  # the reserved ones keep their bodies

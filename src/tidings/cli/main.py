@@ -197,6 +197,14 @@ class _Group(click.Group):
     show_default=True,
     help="How often a job's lease may expire (worker died or froze) before it fails.",
 )
+@click.option(
+    "--give-up",
+    default=60.0,
+    show_default=True,
+    envvar="TIDINGS_REDIS_GIVE_UP_S",
+    help="How long a job's Redis move is retried through an outage before the job is "
+    "left to its lease (s).",
+)
 @click.option("--backoff", default=0.0, show_default=True, help="Default retry delay (s).")
 @click.option("--rest", default=0.0, help="Pause after each job (s).")
 @click.option(
@@ -260,6 +268,7 @@ def main(ctx: click.Context, /, app_spec: str | None, **opts: Any) -> None:
         backoff_s=opts["backoff"],
         rest_s=opts["rest"],
         grace_s=opts["grace"],
+        give_up_s=opts["give_up"],
         fault_point=os.environ.get("TIDINGS_FAULT_POINT") or None,
     )
     worker = Worker(app, options)

@@ -67,6 +67,7 @@ class Fetcher:
         self._start = start
         self._give_back = give_back
         self.stopping = False
+        self._stopped = asyncio.Event()
         self.resumed = asyncio.Event()
         self.resumed.set()
         self._waiter: asyncio.Future[Any] | None = None
@@ -78,6 +79,7 @@ class Fetcher:
     def stop(self) -> None:
         """Take no more jobs; end a blocking wait at once."""
         self.stopping = True
+        self._stopped.set()
         self.resumed.set()
         self.held.slot_free.set()
         self._end_wait()
@@ -251,8 +253,13 @@ class Fetcher:
         )
         self.held.set_state(held, State.RUNNING)
         task = self._start(held, now_s)
-        await asyncio.wait([task])
-        await self.acks.flush()
+        stopped = asyncio.ensure_future(self._stopped.wait())
+        try:
+            await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if not self.stopping:
+            await self.acks.flush()
 
     async def _block(self, timeout: float, n: int) -> tuple[bool, float | None] | None:
         """Wait up to ``timeout`` for a wake-up on any queue. The pop of the first queue
