@@ -156,8 +156,9 @@ class _Group(click.Group):
             if not (isinstance(exc, QueueUnavailable) or is_transient(exc)):
                 raise
             click.echo(
-                f"notify-worker: Redis unavailable ({escape(short_error(exc))}); the command did not "
-                "finish - run it again once Redis is back (TIDINGS_REDIS_URL names the server)",
+                f"notify-worker: Redis unavailable ({escape(short_error(exc))}); the command "
+                "did not finish - run it again once Redis is back (TIDINGS_REDIS_URL names the "
+                "server)",
                 err=True,
             )
             sys.exit(EXIT_UNAVAILABLE)
