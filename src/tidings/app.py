@@ -102,7 +102,9 @@ class App:
         self.settings = Settings.resolve(
             options, None if env else {}, home=Path(home), app_package=_caller_package()
         )
-        self.signer = Signer(parse_keys(self.settings.key))
+        # Envelopes bind the key prefix: another app on this Redis with the same key
+        # but its own prefix does not run this app's jobs (tidings.wire.envelope).
+        self.signer = Signer(parse_keys(self.settings.key), prefix=self.settings.prefix)
         _register_secrets(self.settings)
         self._queues: dict[str | None, RedisQueue] = {}
         self._queues_used: set[str] = {"default"}

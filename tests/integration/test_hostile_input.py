@@ -339,6 +339,32 @@ def test_an_envelope_moved_to_another_queue_fails_verification(app: App) -> None
     assert RUNS == ["moved"]
 
 
+def test_an_envelope_copied_to_an_app_with_another_prefix_fails_verification(
+    app: App, redis_url: str, prefix: str
+) -> None:
+    # Two apps on one Redis with one key, each under its own prefix.
+    other = App(env=False, redis_url=redis_url, key=KEY, prefix=f"{prefix}-other",
+                allowed_modules=MODULE, retry_after=30)  # fmt: skip
+    app.make_current()
+    try:
+        job_id = Innocent("ours").dispatch()
+        copied = _envelope(app, job_id)
+        r, k = other.queue_for(None).client, keys_of(other)
+        r.hset(k.jobs, job_id, copied)
+        r.rpush(k.ready, job_id)
+        assert work(other).exit_code == 0
+        assert RUNS == []
+        [record] = other.queue_for(None).failed(["default"])
+        assert "bad signature" in record.exception and f"'{prefix}-other'" in record.exception
+        # Under its own prefix it runs as usual.
+        assert work(app).exit_code == 0
+        assert RUNS == ["ours"]
+    finally:
+        for key in other.queue_for(None).client.scan_iter(match=f"{prefix}-other:*"):
+            other.queue_for(None).client.delete(key)
+        other.close()
+
+
 def test_failed_list_survives_records_that_are_json_but_not_objects(app: App) -> None:
     r, k = app.queue_for(None).client, keys_of(app)
     for n, raw in enumerate([b"[1, 2]", b'"text"', b"42", b"null", b'{"attempts": "x"}']):
