@@ -147,6 +147,32 @@ def test_a_key_of_the_wrong_type_does_not_stop_the_worker_or_other_queues(app: A
     assert RUNS == ["other"]
 
 
+def test_status_monitor_and_failed_list_skip_a_queue_whose_keys_have_the_wrong_type(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    a_id = Innocent("on a").on_queue("a").dispatch()
+    b_id = Innocent("on b").on_queue("b").dispatch()
+    r, k, rq = app.queue_for(None).client, keys_of(app, "b"), app.queue_for(None)
+    r.zadd(k.failed, {"gone": 1000})
+    r.hset(k.failed_info, "gone", orjson.dumps({"name": "Gone", "exception": "boom"}))
+    # A Redis writer without the key replaces every key of queue "a" with a string.
+    for name in ("ready", "delayed", "reserved", "jobs", "attempts", "done", "failed",
+                 "failed_info", "failed_body"):  # fmt: skip
+        r.set(getattr(keys_of(app, "a"), name), "not what you think")
+    caplog.set_level("ERROR", logger="tidings.moves.queues")
+    assert app.job_status(b_id) == "pending"
+    assert app.job_status(a_id) is None  # its record is gone with its keys
+    sizes = rq.sizes(["a", "b"])
+    assert list(sizes) == ["b"] and sizes["b"]["ready"] == 1 and sizes["b"]["failed"] == 1
+    assert [f.id for f in rq.failed(["a", "b"])] == ["gone"]
+    assert [f.id for f in rq.failed()] == ["gone"]
+    found = rq.find_failed("gone")
+    assert found is not None and found.name == "Gone"
+    errors = [rec.getMessage() for rec in caplog.records if rec.levelname == "ERROR"]
+    assert errors and all("skipped queue 'a'" in e and "wrong type" in e for e in errors)
+    assert {e.split(":")[0] for e in errors} >= {"job_status", "monitor", "failed list"}
+
+
 def test_a_corrupt_counter_planted_while_the_job_runs_does_not_break_release(app: App) -> None:
     r, k = app.queue_for(None).client, keys_of(app)
 
