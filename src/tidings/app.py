@@ -61,7 +61,7 @@ def _caller_package() -> str | None:
 
 
 def _register_secrets(settings: Settings) -> None:
-    """Tell the redaction helper every secret this App was configured with (issue 12)."""
+    """Tell the redaction helper every secret this App was configured with."""
     from urllib.parse import unquote, urlsplit
 
     found: list[str | bytes | None] = [settings.webhook_secret]

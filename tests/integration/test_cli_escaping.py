@@ -1,4 +1,4 @@
-"""Issue 12: no control character from job data or a remote reaches the terminal.
+"""No control character from job data or a remote reaches the terminal.
 
 Text carrying an OSC 52 clipboard write, ``ESC[2K``, the 8-bit CSI ``\\x9b``, NEL,
 DEL, a carriage return and a bidi override goes through every CLI output path: the

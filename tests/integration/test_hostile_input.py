@@ -1,10 +1,11 @@
-"""Issue 12: a Redis writer without the key cannot stop or replay work.
+"""A Redis writer without the key cannot stop work, nor run a job where it was not signed.
 
 Garbage is written, as an attacker or a careless operator would, into every key the
 scripts read (counters, ids, bodies, zset members, done and failed records, the restart
 key, batch state); the invariant is
 "innocent jobs still run, the worker stays up, nothing stays reserved". Replays of a
-finished job are refused, and a job moved to another queue fails verification.
+finished job are refused, and a job moved to another queue, or to another app's key
+prefix, fails verification.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 12, the parts that need no server: redaction, terminal escaping, webhook
+"""Hostile input, the parts that need no server: redaction, terminal escaping, webhook
 timestamps, attachment limits, the embedded default's file modes and key race."""
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def test_secret_at_every_offset_inside_a_base64_stream_is_caught() -> None:
 def test_redact_first_then_shorten_leaves_no_piece_of_a_secret_across_the_cut() -> None:
     text = "x" * 290 + " " + SECRET + " tail"
     old_way = redaction.redact(redaction.shorten(text, 300), [SECRET])
-    assert SECRET[:8] in old_way  # what issue 12 saw: a partial secret survives the cut
+    assert SECRET[:8] in old_way  # cut before redacting: a partial secret survives
     for cut in (295, 300, 305):
         out = redaction.clean(text, cut)
         assert not any(SECRET[i : i + 6] in out for i in range(len(SECRET) - 5))
