@@ -61,7 +61,7 @@ def _caller_package() -> str | None:
 
 
 def _register_secrets(settings: Settings) -> None:
-    """Tell the redaction helper every secret this App was configured with (issue 12)."""
+    """Tell the redaction helper every secret this App was configured with."""
     from urllib.parse import unquote, urlsplit
 
     found: list[str | bytes | None] = [settings.webhook_secret]
@@ -102,7 +102,9 @@ class App:
         self.settings = Settings.resolve(
             options, None if env else {}, home=Path(home), app_package=_caller_package()
         )
-        self.signer = Signer(parse_keys(self.settings.key))
+        # Envelopes bind the key prefix: another app on this Redis with the same key
+        # but its own prefix does not run this app's jobs (tidings.wire.envelope).
+        self.signer = Signer(parse_keys(self.settings.key), prefix=self.settings.prefix)
         _register_secrets(self.settings)
         self._queues: dict[str | None, RedisQueue] = {}
         self._queues_used: set[str] = {"default"}

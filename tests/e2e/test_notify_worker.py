@@ -181,7 +181,7 @@ def test_sigkill_mid_job_runs_again_after_the_lease(e: Env) -> None:
     figure(f"F1 re-execution started {delay:.2f}s after SIGKILL (retry_after {RETRY_AFTER:g}s)")
     assert delay <= RETRY_AFTER + 0.5 + 2.0
     wait_for(lambda: e.count("exec", "k") == 1, 10)
-    assert e.count("attempts", "k") == 1  # a stall gives its attempt back (issue 11)
+    assert e.count("attempts", "k") == 1  # a stall gives its attempt back
     assert e.count("pid", "k") == survivor.pid
     wait_for(lambda: e.sizes()["reserved"] == 0, 5)
     assert e.app.job_status(job_id) == "done"
@@ -203,7 +203,7 @@ def test_fault_points(e: Env, point: str, side_effects: int) -> None:
     e.worker(name="rescuer")
     wait_for(lambda: e.count("exec", "fp") == side_effects, 15)
     figure(f"F2 {point}: re-run {time.monotonic() - t0:.2f}s after the rescuer started")
-    assert e.count("attempts", "fp") == 1  # a stall, not an attempt (issue 11)
+    assert e.count("attempts", "fp") == 1  # a stall, not an attempt
     wait_for(lambda: e.sizes() == {"ready": 0, "delayed": 0, "reserved": 0, "failed": 0}, 5)
     assert e.app.job_status(job_id) == "done"
 

@@ -110,7 +110,7 @@ def test_poison_job_fails_after_its_tries_while_others_flow(
     t0 = time.monotonic()
     # One job per child at a time: a job reserved beside the poison dies with its worker
     # and is re-delivered with it, so with --concurrency > 1 it could use up its tries too.
-    # A worker killed by its job is a stall, not an attempt (issue 11): the poison runs
+    # A worker killed by its job is a stall, not an attempt: the poison runs
     # 1 + --max-stalls times, then fails unrun as "stalled 3 times".
     sup = _supervisor(
         spawn_proc, app, prefix, "--tries", "3", "--max-stalls", "2", "--concurrency", "1"

@@ -1,4 +1,4 @@
-"""The fault-schedule checker (issue 11): real workers, real Redis, a seeded schedule of
+"""The fault-schedule checker: real workers, real Redis, a seeded schedule of
 faults, and every job's outcome accounted for by id.
 
 One :class:`Checker` owns a private redis-server (AOF, ``appendfsync always``), a

@@ -1,4 +1,4 @@
-"""Real ``notify-worker`` processes at the seams (issue 11): killed right after a pop or in
+"""Real ``notify-worker`` processes at the seams: killed right after a pop or in
 the middle of a job, frozen (SIGSTOP) past their lease while another worker takes the
 job over, and a poison job that kills every worker running it.
 

@@ -1,4 +1,4 @@
-"""Failover on Redis Cluster and Sentinel with a per-id ledger (issue 13).
+"""Failover on Redis Cluster and Sentinel with a per-id ledger.
 
 Each test starts its own group (6-node cluster, or master + replica + 3 sentinels), two
 ``notify-worker --queue high,default --concurrency 4`` processes, and a producer thread
@@ -18,7 +18,7 @@ The ledger holds every job whose ``dispatch()`` returned. Afterwards:
 * run twice: executions beyond the first (bounded by the jobs in flight);
 * ran, then failed: a run whose ack was lost in the switch, delivered again and failed
   as MaxAttemptsExceeded (tries 1). Recorded, not asserted: counting such stalls apart
-  from attempts is issue 11a's work;
+  from attempts is the stall counter's work;
 * stranded: jobs left ready/delayed/reserved once the workers are idle (must be 0);
 * dispatch errors: ``QueueUnavailable`` during the switch (anything else fails the test);
 * worker pause: the longest stretch without an execution after the fault;

@@ -1,4 +1,4 @@
-"""The App ``notify-worker -A tests.integration.hostile_app:app`` runs in the issue-12 CLI test.
+"""The App ``notify-worker -A tests.integration.hostile_app:app`` runs in the CLI escaping tests.
 
 Built on first access from ``TIDINGS_REDIS_URL``, ``TIDINGS_KEY``, ``TIDINGS_PREFIX``.
 Its one job raises, and its ``failed()`` hook raises too, with whatever text it carries:

@@ -1,4 +1,4 @@
-"""Issue 12: no control character from job data or a remote reaches the terminal.
+"""No control character from job data or a remote reaches the terminal.
 
 Text carrying an OSC 52 clipboard write, ``ESC[2K``, the 8-bit CSI ``\\x9b``, NEL,
 DEL, a carriage return and a bidi override goes through every CLI output path: the
@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import redis
@@ -132,3 +133,34 @@ def test_a_worker_without_an_app_refuses_to_start_and_consumes_nothing(
         for key in app.queue_for(None).client.scan_iter(match=f"{prefix}:*"):
             app.queue_for(None).client.delete(key)
         app.close()
+
+
+def test_a_forged_heartbeat_reaches_workers_plain_and_json_escaped(
+    redis_url: str, prefix: str
+) -> None:
+    """``workers`` and ``workers --json`` print a heartbeat written by a Redis writer:
+    its bidi isolates and overrides, 8-bit CSI and DEL come out as visible escapes (the
+    JSON still decodes to the exact data)."""
+    env = {**os.environ, "TIDINGS_REDIS_URL": redis_url, "TIDINGS_KEY": KEY,
+           "TIDINGS_PREFIX": prefix}  # fmt: skip
+    evil = f"\u202e\u2066\x9b\x7f{EVIL}\u2069\u202a"  # the table cuts at 24 characters
+    r = redis.Redis.from_url(redis_url)
+    try:
+        beat = {"id": "w1", "host": f"h{evil}", "pid": 7, "queues": [f"q{evil}"],
+                "concurrency": 1, "running": 0, "processed": 0, "started_at": time.time(),
+                "beat_at": time.time(), "rss_mb": 1.0, "version": f"v{evil}"}  # fmt: skip
+        r.set(f"{prefix}:worker:w1", json.dumps(beat), ex=60)
+        r.zadd(f"{prefix}:workers", {"w1": int(time.time() * 1000)})
+        plain, as_json = cli(env, "workers"), cli(env, "workers", "--json")
+        assert plain.returncode == 0 and as_json.returncode == 0, (plain.stderr, as_json.stderr)
+        assert "1 live worker" in plain.stdout
+        for name, out in (("workers --json", as_json.stdout), ("workers", plain.stdout)):
+            assert not bad_chars(out), (name, sorted(bad_chars(out)))
+        assert "\\u202e" in plain.stdout and "\\u2066" in plain.stdout
+        [listed] = json.loads(as_json.stdout)
+        assert listed["host"] == f"h{evil}" and listed["queues"] == [f"q{evil}"]
+        assert listed["version"] == f"v{evil}"
+    finally:
+        for key in r.scan_iter(match=f"{prefix}:*"):
+            r.delete(key)
+        r.close()

@@ -1,4 +1,4 @@
-"""Issue 12: the embedded default's data is readable by its owner only."""
+"""The embedded default's data is readable by its owner only."""
 
 from __future__ import annotations
 

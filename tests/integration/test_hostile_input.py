@@ -1,10 +1,11 @@
-"""Issue 12: a Redis writer without the key cannot stop or replay work.
+"""A Redis writer without the key cannot stop work, nor run a job where it was not signed.
 
 Garbage is written, as an attacker or a careless operator would, into every key the
 scripts read (counters, ids, bodies, zset members, done and failed records, the restart
 key, batch state); the invariant is
 "innocent jobs still run, the worker stays up, nothing stays reserved". Replays of a
-finished job are refused, and a job moved to another queue fails verification.
+finished job are refused, and a job moved to another queue, or to another app's key
+prefix, fails verification.
 """
 
 from __future__ import annotations
@@ -145,6 +146,32 @@ def test_a_key_of_the_wrong_type_does_not_stop_the_worker_or_other_queues(app: A
 
     assert asyncio.run(main()).exit_code == 0
     assert RUNS == ["other"]
+
+
+def test_status_monitor_and_failed_list_skip_a_queue_whose_keys_have_the_wrong_type(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    a_id = Innocent("on a").on_queue("a").dispatch()
+    b_id = Innocent("on b").on_queue("b").dispatch()
+    r, k, rq = app.queue_for(None).client, keys_of(app, "b"), app.queue_for(None)
+    r.zadd(k.failed, {"gone": 1000})
+    r.hset(k.failed_info, "gone", orjson.dumps({"name": "Gone", "exception": "boom"}))
+    # A Redis writer without the key replaces every key of queue "a" with a string.
+    for name in ("ready", "delayed", "reserved", "jobs", "attempts", "done", "failed",
+                 "failed_info", "failed_body"):  # fmt: skip
+        r.set(getattr(keys_of(app, "a"), name), "not what you think")
+    caplog.set_level("ERROR", logger="tidings.moves.queues")
+    assert app.job_status(b_id) == "pending"
+    assert app.job_status(a_id) is None  # its record is gone with its keys
+    sizes = rq.sizes(["a", "b"])
+    assert list(sizes) == ["b"] and sizes["b"]["ready"] == 1 and sizes["b"]["failed"] == 1
+    assert [f.id for f in rq.failed(["a", "b"])] == ["gone"]
+    assert [f.id for f in rq.failed()] == ["gone"]
+    found = rq.find_failed("gone")
+    assert found is not None and found.name == "Gone"
+    errors = [rec.getMessage() for rec in caplog.records if rec.levelname == "ERROR"]
+    assert errors and all("skipped queue 'a'" in e and "wrong type" in e for e in errors)
+    assert {e.split(":")[0] for e in errors} >= {"job_status", "monitor", "failed list"}
 
 
 def test_a_corrupt_counter_planted_while_the_job_runs_does_not_break_release(app: App) -> None:
@@ -337,6 +364,32 @@ def test_an_envelope_moved_to_another_queue_fails_verification(app: App) -> None
     # On its own queue it runs as usual.
     assert work(app, queues=["low"]).exit_code == 0
     assert RUNS == ["moved"]
+
+
+def test_an_envelope_copied_to_an_app_with_another_prefix_fails_verification(
+    app: App, redis_url: str, prefix: str
+) -> None:
+    # Two apps on one Redis with one key, each under its own prefix.
+    other = App(env=False, redis_url=redis_url, key=KEY, prefix=f"{prefix}-other",
+                allowed_modules=MODULE, retry_after=30)  # fmt: skip
+    app.make_current()
+    try:
+        job_id = Innocent("ours").dispatch()
+        copied = _envelope(app, job_id)
+        r, k = other.queue_for(None).client, keys_of(other)
+        r.hset(k.jobs, job_id, copied)
+        r.rpush(k.ready, job_id)
+        assert work(other).exit_code == 0
+        assert RUNS == []
+        [record] = other.queue_for(None).failed(["default"])
+        assert "bad signature" in record.exception and f"'{prefix}-other'" in record.exception
+        # Under its own prefix it runs as usual.
+        assert work(app).exit_code == 0
+        assert RUNS == ["ours"]
+    finally:
+        for key in other.queue_for(None).client.scan_iter(match=f"{prefix}-other:*"):
+            other.queue_for(None).client.delete(key)
+        other.close()
 
 
 def test_failed_list_survives_records_that_are_json_but_not_objects(app: App) -> None:

@@ -1,5 +1,5 @@
 """Every move run twice with the same arguments has the effect of running it once, and a
-stale holder's move is refused (issue 11: fencing tokens, receipts, stalls).
+stale holder's move is refused (fencing tokens, receipts, stalls).
 
 Each test sends the very same script call twice, as redis-py, the producer's fast lane
 or the worker's retry loop do when a reply was lost, and checks Redis holds what one run

@@ -1,4 +1,4 @@
-"""Lost replies at every seam (issue 11, defects 1 and 3 to 7): a proxy in front of Redis
+"""Lost replies at every seam: a proxy in front of Redis
 lets one command reach Redis and run, then drops its reply and the connection. redis-py,
 the producer's fast lane and the worker's retry loop send the command again; the second
 run must change nothing.

@@ -1,4 +1,4 @@
-"""Issue 12: servers that echo our credentials, in every form, leak nothing.
+"""Servers that echo our credentials, in every form, leak nothing.
 
 An SMTP stub answers ``535`` with the AUTH blob it was sent (``AUTH PLAIN``
 ``base64("\\0user\\0password")`` or ``AUTH LOGIN``'s ``base64(password)``) and the

@@ -1,4 +1,4 @@
-"""Issue 12: each webhook endpoint may have its own secret (as Stripe and Svix give).
+"""Each webhook endpoint may have its own secret (as Stripe and Svix give).
 
 One app-wide secret for every receiver lets one tenant forge deliveries another
 tenant's receiver accepts. A ``WebhookEndpoint`` route or ``WebhookMessage(secret=)``

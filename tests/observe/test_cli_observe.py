@@ -20,8 +20,9 @@ import pytest
 from tests.observe.dash_app import Flaky, Quick
 from tests.support import Proc, wait_for
 from tidings import App
-from tidings.cli.observe import clean, plural
+from tidings.cli.observe import plural
 from tidings.dashboard.redaction import mask_url
+from tidings.observability.terminal import escape
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTIFY_WORKER = str(Path(sys.executable).parent / "notify-worker")
@@ -60,7 +61,8 @@ def test_unit_helpers() -> None:
     assert mask_url("redis://:hunter2@h:6379/0") == "redis://:***@h:6379/0"
     assert mask_url("smtp://u:p%40ss@h:25") == "smtp://u:***@h:25"
     assert mask_url("twilio://x?auth_token=abc&from=1") == "twilio://x?auth_token=***&from=1"
-    assert clean("a\x1b[31mred\x07\nb") == "a\\x1b[31mred\\x07\\nb"
+    # The CLI's tables escape through the one helper: bidi controls included.
+    assert escape("a\x1b[31mred\x07\nb\u202e") == "a\\x1b[31mred\\x07\\x0ab\\u202e"
 
 
 def test_version_banner_json_logs_failed_list_and_plurals(

@@ -1,4 +1,4 @@
-"""Issue 12, the parts that need no server: redaction, terminal escaping, webhook
+"""Hostile input, the parts that need no server: redaction, terminal escaping, webhook
 timestamps, attachment limits, the embedded default's file modes and key race."""
 
 from __future__ import annotations
@@ -10,15 +10,16 @@ import threading
 import time
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tidings.observability import redaction
 from tidings.errors import ValidationError
 from tidings.notifications.channels.base import shorten
 from tidings.notifications.messages import MAX_ATTACHMENT_BYTES, MailMessage, RenderedMail
 from tidings.notifications.mime import MAX_MESSAGE_BYTES, build_email
 from tidings.notifications.webhooks import WebhookVerificationError, sign, verify_webhook
+from tidings.observability import redaction
 from tidings.observability.terminal import escape, escape_json
 
 SECRET = "unit-redaction-secret-Zq9!x/y"
@@ -82,7 +83,7 @@ def test_secret_at_every_offset_inside_a_base64_stream_is_caught() -> None:
 def test_redact_first_then_shorten_leaves_no_piece_of_a_secret_across_the_cut() -> None:
     text = "x" * 290 + " " + SECRET + " tail"
     old_way = redaction.redact(redaction.shorten(text, 300), [SECRET])
-    assert SECRET[:8] in old_way  # what issue 12 saw: a partial secret survives the cut
+    assert SECRET[:8] in old_way  # cut before redacting: a partial secret survives
     for cut in (295, 300, 305):
         out = redaction.clean(text, cut)
         assert not any(SECRET[i : i + 6] in out for i in range(len(SECRET) - 5))
@@ -231,7 +232,7 @@ def test_an_existing_world_readable_home_is_tightened(tmp_path: Path) -> None:
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
 
 
-# -- queue binding and the legacy window ------------------------------------------------------
+# -- queue and key prefix binding, and the legacy window ---------------------------------------
 
 
 def _body(pushed_at: float) -> dict[str, object]:
@@ -281,3 +282,45 @@ def test_signatures_bind_the_queue_and_legacy_ones_expire() -> None:
     old = time.time() - LEGACY_SIGNATURE_WINDOW_S - 60
     with pytest.raises(PayloadRejected, match="older tidings"):
         open_envelope(legacy(old), signer, job_id="a" * 32, queue="x")
+
+
+def test_signatures_bind_the_key_prefix_and_queue_bound_ones_expire() -> None:
+    import hashlib
+    import hmac
+
+    import orjson
+
+    from tidings.errors import PayloadRejected
+    from tidings.wire.envelope import LEGACY_SIGNATURE_WINDOW_S, open_envelope, seal
+    from tidings.wire.signing import Signer
+
+    key = b"k" * 32
+    ours, theirs = Signer([key], prefix="app-a"), Signer([key], prefix="app-b")
+    body: Any = _body(time.time())
+    env = seal(body, ours, max_bytes=1 << 20, queue="emails")
+    assert open_envelope(env, ours, job_id="a" * 32, queue="emails")["uuid"] == "a" * 32
+    # Another app on the same Redis with the same key, under its own prefix: refused.
+    for prefix in ("app-b", "app-a:", "app", "tidings", ""):
+        with pytest.raises(PayloadRejected, match="under key prefix"):
+            open_envelope(env, Signer([key], prefix=prefix), job_id="a" * 32, queue="emails")
+    # Names are length-prefixed: moving a character from the prefix to the queue fails.
+    shifted = seal(body, Signer([key], prefix="ab"), max_bytes=1 << 20, queue="c")
+    with pytest.raises(PayloadRejected, match="bad signature"):
+        open_envelope(shifted, Signer([key], prefix="a"), job_id="a" * 32, queue="bc")
+
+    def queue_bound(pushed_at: float, queue: str) -> bytes:
+        raw = orjson.dumps(_body(pushed_at))
+        bound = b"tidings:queue:%d:%s\n" % (len(queue), queue.encode())
+        sig = hmac.new(key, bound + raw, hashlib.sha256).hexdigest().encode()
+        return b'{"sig":"' + sig + b'","body":' + raw + b"}"
+
+    # Queued by a version that bound the queue but not the prefix: runs under any
+    # prefix, on its own queue only, while recent ...
+    recent = queue_bound(time.time() - 60, "emails")
+    assert open_envelope(recent, theirs, job_id="a" * 32, queue="emails")
+    with pytest.raises(PayloadRejected, match="for queue"):
+        open_envelope(recent, theirs, job_id="a" * 32, queue="default")
+    # ... and is refused once older than the same window as body-only envelopes.
+    old = queue_bound(time.time() - LEGACY_SIGNATURE_WINDOW_S - 60, "emails")
+    with pytest.raises(PayloadRejected, match=r"without the key prefix binding \(an older"):
+        open_envelope(old, ours, job_id="a" * 32, queue="emails")

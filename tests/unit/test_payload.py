@@ -72,8 +72,9 @@ def test_envelope_shape_is_one_json_document_with_sig_over_raw_body() -> None:
     assert list(doc) == ["sig", "body"]
     assert doc["body"] == body
     raw = orjson.dumps(body)
-    # Issue 12: the signature binds the queue (length-prefixed) as well as the body.
-    bound = b"tidings:queue:7:default\n" + raw
+    # The signature binds the key prefix and the queue (each length-prefixed) as well
+    # as the body.
+    bound = b"tidings:prefix:7:tidings:queue:7:default\n" + raw
     assert doc["sig"] == hmac.new(KEY, bound, hashlib.sha256).hexdigest()
     assert env == b'{"sig":"' + doc["sig"].encode() + b'","body":' + raw + b"}"
 

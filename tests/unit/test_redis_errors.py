@@ -26,7 +26,7 @@ from redis.exceptions import (
 )
 
 from tidings.errors import QueueUnavailable
-from tidings.redis.errors import REDIS_ERRORS, is_transient
+from tidings.redis.errors import REDIS_ERRORS, is_transient, is_wrong_type
 from tidings.moves.queues import unavailable_guard
 
 
@@ -90,3 +90,13 @@ def test_producers_see_only_queue_unavailable(exc: BaseException) -> None:
 def test_permanent_errors_pass_through_the_guard() -> None:
     with pytest.raises(ClusterCrossSlotError), unavailable_guard("push"):
         raise ClusterCrossSlotError("Keys in request don't hash to the same slot")
+
+
+def test_wrong_type_is_recognised_alone_and_inside_a_pipeline_error() -> None:
+    text = "WRONGTYPE Operation against a key holding the wrong kind of value"
+    assert is_wrong_type(ResponseError(text))
+    in_pipeline = f"Command # 1 (ZSCORE k x) of pipeline caused error: {text}"
+    assert is_wrong_type(ResponseError(in_pipeline))
+    assert not is_wrong_type(ResponseError("ERR unknown command"))
+    assert not is_wrong_type(ResponseError("ERR value is not WRONGTYPE"))
+    assert not is_wrong_type(ConnectionError(text))

@@ -1,4 +1,4 @@
-"""Issue 11, cron: ``tz=`` evaluates on a zone's wall clock, DST-correct (item 10), and
+"""Cron: ``tz=`` evaluates on a zone's wall clock, DST-correct, and
 the six-field form has its seconds last, as the docs now say."""
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def test_bad_zones_are_refused_with_the_fix() -> None:
 
 
 def test_default_names_tell_apart_arguments_zone_and_queue() -> None:
-    """Item 9: two schedules of one class with other arguments shared a name."""
+    """Two schedules of one class with other arguments shared a name."""
     names = {
         make_schedule(Report("daily"), cron="0 9 * * *").name,
         make_schedule(Report("weekly"), cron="0 9 * * *").name,

@@ -43,7 +43,7 @@ def make_group(load_app: Callable[[click.Context], Any]) -> click.Group:
         if not found:
             click.echo("No batches.")
         for b in found:
-            name = escape(b.name[:20])  # batch names and ids are data: escape (issue 12)
+            name = escape(b.name[:20])  # batch names and ids are data: escape
             click.echo(
                 f"{escape(b.id)}  {_when(b.created_at)}  {name:<20} {_state(b):<9} "
                 f"{b.progress:6.2f}%  {b.processed}/{b.total} done, {b.failed} failed"

@@ -109,7 +109,7 @@ def install_output(app: App, *, json_logs: bool) -> None:
                 record.update(child)
             out.write(escape_json(orjson.dumps(record).decode()) + "\n")
         else:
-            # Names, ids and exception texts come from job data: escape them (issue 12).
+            # Names, ids and exception texts come from job data: escape them.
             text = f"{_stamp()} {escape(e.job_id)} {status:<10} {escape(e.name)}{escape(extra)}"
             out.write(tag + text + "\n")
         flush_soon()
@@ -156,8 +156,9 @@ class _Group(click.Group):
             if not (isinstance(exc, QueueUnavailable) or is_transient(exc)):
                 raise
             click.echo(
-                f"notify-worker: Redis unavailable ({short_error(exc)}); the command did not "
-                "finish - run it again once Redis is back (TIDINGS_REDIS_URL names the server)",
+                f"notify-worker: Redis unavailable ({escape(short_error(exc))}); the command "
+                "did not finish - run it again once Redis is back (TIDINGS_REDIS_URL names the "
+                "server)",
                 err=True,
             )
             sys.exit(EXIT_UNAVAILABLE)
@@ -350,7 +351,7 @@ def monitor(
 def clear(ctx: click.Context, queue: str) -> None:
     """Delete every waiting job of a queue."""
     n = _app(ctx).queue_for(None).clear(queue)
-    click.echo(f"Cleared {cli_observe.plural(n, 'job')} from {queue}.")
+    click.echo(f"Cleared {cli_observe.plural(n, 'job')} from {escape(queue)}.")
 
 
 @main.group()

@@ -2,8 +2,9 @@
 ``workers``, ``monitor --watch``, JSON log lines, plurals.
 
 Plain functions that :mod:`tidings.cli.main` calls, so the worker's own CLI stays small.
-Every text that comes from Redis or job data goes through :func:`clean` before it
-reaches a terminal.
+Every text that comes from Redis or job data goes through
+:func:`tidings.observability.terminal.escape` (JSON output through ``escape_json``)
+before it reaches a terminal.
 """
 
 from __future__ import annotations
@@ -21,15 +22,7 @@ import orjson
 
 from tidings._version import __version__
 from tidings.observability.redaction import mask_url, redact
-from tidings.observability.terminal import EscapingFormatter, escape_json
-
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F) if c not in (0x0A,)}
-_CONTROL |= {c: f"\\x{c:02x}" for c in range(0x80, 0xA0)}
-
-
-def clean(text: object) -> str:
-    """``text`` with control characters escaped (no terminal escapes from job data)."""
-    return str(text).translate(_CONTROL).replace("\n", "\\n")
+from tidings.observability.terminal import EscapingFormatter, escape, escape_json
 
 
 def plural(n: int, word: str, words: str | None = None) -> str:
@@ -97,7 +90,7 @@ def setup_logging(*, json_logs: bool) -> None:
     if json_logs:
         handler.setFormatter(JsonFormatter())
     else:
-        # Redacts secrets and escapes control characters from job data (issue 12).
+        # Redacts secrets and escapes control characters: log lines carry job data.
         handler.setFormatter(EscapingFormatter(
             f"{child_tag()}%(asctime)s %(levelname)s %(name)s: %(message)s"))  # fmt: skip
     root = logging.getLogger()
@@ -129,7 +122,7 @@ def banner_lines(app: Any, opts: dict[str, Any], queues: list[str]) -> list[str]
         f"  metrics:     {'on' if s.metrics else 'off'}"
         + (f", Prometheus on :{opts['metrics_port']}" if opts.get("metrics_port") else ""),
     ]
-    return [clean(line) for line in lines]
+    return [escape(line) for line in lines]
 
 
 def print_banner(app: Any, opts: dict[str, Any], queues: list[str], *, json_logs: bool) -> None:
@@ -150,7 +143,7 @@ def print_banner(app: Any, opts: dict[str, Any], queues: list[str], *, json_logs
             "sms": mask_url(s.sms_url),
             **child_fields(),
         }
-        sys.stdout.write(orjson.dumps(record).decode() + "\n")
+        sys.stdout.write(escape_json(orjson.dumps(record).decode()) + "\n")
     else:
         tag = child_tag()
         sys.stdout.write("".join(f"{tag}{line}\n" for line in banner_lines(app, opts, queues)))
@@ -188,7 +181,9 @@ def register(main: click.Group, load: Callable[[click.Context], Any]) -> None:
         rq = load(ctx).queue_for(None)
         beats = live_workers(rq.client, rq.prefix)
         if as_json:
-            click.echo(orjson.dumps(beats).decode())
+            # A heartbeat's fields are whatever was written to Redis: terminal-safe,
+            # same JSON data.
+            click.echo(escape_json(orjson.dumps(beats).decode()))
             return
         if not beats:
             click.echo("No live workers.")
@@ -201,7 +196,7 @@ def register(main: click.Group, load: Callable[[click.Context], Any]) -> None:
             raw_queues = b.get("queues")
             queues = ",".join(str(q) for q in raw_queues) if isinstance(raw_queues, list) else ""
             nums = [_num(b.get(k)) for k in ("pid", "concurrency", "running", "processed")]
-            click.echo(clean(
+            click.echo(escape(
                 f"{str(b.get('host'))[:24]:<24} {nums[0]:>7} {queues[:24]:<24} "
                 f"{nums[1]:>5} {nums[2]:>7} {nums[3]:>9} "
                 f"{_num(b.get('rss_mb')):>6}MB {_age(b.get('beat_at')):>5}"))  # fmt: skip
@@ -233,7 +228,7 @@ def register(main: click.Group, load: Callable[[click.Context], Any]) -> None:
         web = create_app(app, auth=auth)
         shown = f"[{host}]" if ":" in host else host
         click.echo(f"tidings {__version__} dashboard on http://{shown}:{port}/ "
-                   f"(redis {clean(mask_url(app.settings.redis_url))}; "
+                   f"(redis {escape(mask_url(app.settings.redis_url))}; "
                    f"auth: {'on' if auth.configured else 'off, loopback only'})")  # fmt: skip
         uvicorn.run(web, host=host, port=port, log_level="warning", access_log=False)
 
@@ -251,7 +246,7 @@ def monitor_watch(read: Callable[[], dict[str, dict[str, int]]], interval_s: flo
             t.add_column(col, justify="left" if col == "queue" else "right")
         for name, s in read().items():
             cells = [Text(str(s[k])) for k in ("ready", "delayed", "reserved", "failed")]
-            t.add_row(Text(clean(name)), *cells)
+            t.add_row(Text(escape(name)), *cells)
         return t
 
     console = Console()

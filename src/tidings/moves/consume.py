@@ -69,7 +69,7 @@ def pop_result(k: QueueKeys, raw: list[Any]) -> PopResult:
                 )
             )
         except (AttributeError, TypeError, ValueError):
-            # The pop script vets ids and counters (issue 12); should anything slip past,
+            # The pop script vets ids and counters; should anything slip past,
             # the entry stays reserved until its lease ends, and the fetch loop lives on.
             log.error("pop returned an unreadable entry on queue %r; skipped", k.name)
     wait = int(raw[1])
@@ -107,7 +107,7 @@ class Broker:
             k.failed_body,
             k.tokens,
             k.receipt(f"pop:{self.worker_id}"),
-            k.done,  # issue 12: a finished job put back (a replay) is dropped
+            k.done,  # a finished job put back (a replay) is dropped
         ]
         seq = self._pop_seq.get(k.name, 0)
         return keys, [n, self.lease_ms, self.max_bytes, 1000, k.name, seq]

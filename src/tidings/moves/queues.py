@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import weakref
 from collections.abc import Iterator, Sequence
@@ -31,17 +32,18 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from tidings.errors import QueueUnavailable
 from tidings.redis import scripts
 from tidings.redis.clients import async_client, sync_client
-from tidings.redis.errors import REDIS_ERRORS, is_transient
+from tidings.redis.errors import REDIS_ERRORS, is_transient, is_wrong_type
 from tidings.redis.fastpath import FastLane
 from tidings.redis.keys import QueueKeys, queue_pattern, restart_key
 
+log = logging.getLogger(__name__)
 _UNAVAILABLE = REDIS_ERRORS
 DONE_KEEP_MS = 3600 * 1000
 DONE_MAX = 100_000
 
 
 def _key_text(key: object) -> str:
-    # Key names written by hand may not be UTF-8 (issue 12): list them, escaped.
+    # Key names written by hand may not be UTF-8: list them, escaped.
     return key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else str(key)
 
 
@@ -105,6 +107,26 @@ async def _aguard(what: str) -> Any:
 
 unavailable_guard = _guard
 unavailable_aguard = _aguard
+
+
+@contextmanager
+def _skipping_wrong_types(queue: str, what: str) -> Iterator[None]:
+    """Log and swallow a ``WRONGTYPE`` error while reading ``queue``'s keys.
+
+    A Redis writer (or a careless operator) may replace a queue's keys with values of
+    another type; the commands that read every queue (``job_status``, ``monitor``,
+    ``failed list``) then skip that queue with an ERROR naming it and answer for the
+    others, instead of failing with redis-py's ``ResponseError``.
+    """
+    try:
+        yield
+    except ResponseError as exc:
+        if not is_wrong_type(exc):
+            raise
+        # %r: the queue name comes from Redis keys and may carry control characters (so
+        # does the error text, which names the key: left out).
+        log.error("%s: skipped queue %r: one of its keys has the wrong type (WRONGTYPE)",
+                  what, queue)  # fmt: skip
 
 
 class _Plain:
@@ -457,38 +479,48 @@ class RedisQueue:
         return sorted(names)
 
     def sizes(self, queues: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
-        """``{queue: {ready, delayed, reserved, failed}}`` for ``monitor``."""
+        """``{queue: {ready, delayed, reserved, failed}}`` for ``monitor``; a queue whose
+        keys have the wrong type is left out (logged at ERROR)."""
         names = list(queues) if queues else self.queue_names()
         out: dict[str, dict[str, int]] = {}
         with _guard("monitor"):
             for name in names:
                 k = self.keys(name)
-                pipe = self.client.pipeline(transaction=False)
-                pipe.llen(k.ready)
-                pipe.zcard(k.delayed)
-                pipe.zcard(k.reserved)
-                pipe.zcard(k.failed)
-                ready, delayed, reserved, failed = pipe.execute()
-                out[name] = {
-                    "ready": ready,
-                    "delayed": delayed,
-                    "reserved": reserved,
-                    "failed": failed,
-                }
+                with _skipping_wrong_types(name, "monitor"):
+                    pipe = self.client.pipeline(transaction=False)
+                    pipe.llen(k.ready)
+                    pipe.zcard(k.delayed)
+                    pipe.zcard(k.reserved)
+                    pipe.zcard(k.failed)
+                    ready, delayed, reserved, failed = pipe.execute()
+                    out[name] = {
+                        "ready": ready,
+                        "delayed": delayed,
+                        "reserved": reserved,
+                        "failed": failed,
+                    }
         return out
 
     def status(self, job_id: str, queues: Sequence[str]) -> str | None:
-        """pending / delayed / reserved / done / failed, or None when no record is left."""
+        """pending / delayed / reserved / done / failed, or None when no record is left.
+
+        A queue whose keys have the wrong type is skipped (logged at ERROR).
+        """
         with _guard("job_status"):
             for name in queues:
                 k = self.keys(name)
-                pipe = self.client.pipeline(transaction=False)
-                pipe.zscore(k.reserved, job_id)
-                pipe.zscore(k.delayed, job_id)
-                pipe.hexists(k.jobs, job_id)
-                pipe.zscore(k.failed, job_id)
-                pipe.zscore(k.done, job_id)
-                reserved, delayed, exists, failed, done = pipe.execute()
+                replies: list[Any] | None = None
+                with _skipping_wrong_types(name, "job_status"):
+                    pipe = self.client.pipeline(transaction=False)
+                    pipe.zscore(k.reserved, job_id)
+                    pipe.zscore(k.delayed, job_id)
+                    pipe.hexists(k.jobs, job_id)
+                    pipe.zscore(k.failed, job_id)
+                    pipe.zscore(k.done, job_id)
+                    replies = pipe.execute()
+                if replies is None:
+                    continue
+                reserved, delayed, exists, failed, done = replies
                 if reserved is not None:
                     return "reserved"
                 if delayed is not None:
@@ -525,21 +557,25 @@ class RedisQueue:
             value = float(raw) if raw else 0.0
         except ValueError:
             value = 0.0
-        # Written by hand (issue 12: garbage, nan, inf): no restart was asked for.
+        # Written by hand (garbage, nan, inf): no restart was asked for.
         return value if math.isfinite(value) else 0.0
 
     # -- the failed store ------------------------------------------------------------
 
     def failed(self, queues: Sequence[str] | None = None) -> list[FailedJob]:
-        """Every failed record, oldest first."""
+        """Every failed record, oldest first; a queue whose keys have the wrong type is
+        skipped (logged at ERROR)."""
         records: list[FailedJob] = []
         for name in list(queues) if queues else self.queue_names():
             k = self.keys(name)
             client: Any = self.client  # redis-py's sync return types are loose unions
-            for raw_id, score in client.zrange(k.failed, 0, -1, withscores=True):
-                record = self._failed_record(name, raw_id, score)
-                if record is not None:
-                    records.append(record)
+            with _skipping_wrong_types(name, "failed list"):
+                found = []
+                for raw_id, score in client.zrange(k.failed, 0, -1, withscores=True):
+                    record = self._failed_record(name, raw_id, score)
+                    if record is not None:
+                        found.append(record)
+                records.extend(found)
         records.sort(key=lambda r: r.failed_at)
         return records
 
@@ -552,13 +588,13 @@ class RedisQueue:
         except orjson.JSONDecodeError:
             info = None
         if not isinstance(info, dict):
-            # Valid JSON that is not an object (issue 12) is as unreadable as non-JSON.
+            # Valid JSON that is not an object is as unreadable as non-JSON.
             info = {"exception": "(unreadable failure record)"}
         attempts = info.get("attempts")
         if not isinstance(attempts, int) or isinstance(attempts, bool):
             attempts = 0
         if isinstance(job_id, bytes):
-            # Ids written by hand may not be UTF-8 (issue 12): show the bytes, escaped.
+            # Ids written by hand may not be UTF-8: show the bytes, escaped.
             job_id = job_id.decode("utf-8", "backslashreplace")
         return FailedJob(
             id=job_id,
@@ -571,11 +607,13 @@ class RedisQueue:
         )
 
     def find_failed(self, job_id: str) -> FailedJob | None:
-        """The failed record with ``job_id``, in any queue."""
+        """The failed record with ``job_id``, in any queue (skipping, with an ERROR, a
+        queue whose keys have the wrong type)."""
         for name in self.queue_names():
-            score: Any = self.client.zscore(self.keys(name).failed, job_id)
-            if score is not None:
-                return self._failed_record(name, job_id, score)
+            with _skipping_wrong_types(name, "failed show"):
+                score: Any = self.client.zscore(self.keys(name).failed, job_id)
+                if score is not None:
+                    return self._failed_record(name, job_id, score)
         return None
 
     def retry(self, ids: Sequence[str] | None = None) -> int:

@@ -118,7 +118,7 @@ class WebhookMessage:
     """A webhook payload; ``type`` names the event, ``url`` overrides the route.
 
     ``secret`` (a ``whsec_…`` key) signs this delivery instead of the route's or the
-    app's ``TIDINGS_WEBHOOK_SECRET``: give each receiver its own secret (issue 12), so
+    app's ``TIDINGS_WEBHOOK_SECRET``: give each receiver its own secret, so
     one tenant's secret cannot forge deliveries another tenant's receiver accepts.
     """
 
@@ -233,7 +233,7 @@ class MailMessage:
         """
         content: bytes | Path
         if isinstance(file, bytes | bytearray):
-            # The same limit as files (issue 12), checked when attached: at dispatch.
+            # The same limit as files, checked when attached: at dispatch.
             _check_size(len(file))
             content, default_name = bytes(file), "attachment"
         else:

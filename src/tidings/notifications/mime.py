@@ -49,7 +49,7 @@ from tidings.notifications.validation import (
     validate_sender,
 )
 
-#: Most bytes of content (bodies and attachments, before base64) in one mail (issue 12).
+#: Most bytes of content (bodies and attachments, before base64) in one mail.
 MAX_MESSAGE_BYTES = 30 * 1024 * 1024
 
 if TYPE_CHECKING:

@@ -109,7 +109,7 @@ def verify_webhook(
     if not (msg_id and timestamp and signatures):
         raise WebhookVerificationError("missing required webhook headers")
     timestamp = timestamp.strip()
-    # ASCII digits only (issue 12): int() would also take "+1700000000", "1_700_000_000"
+    # ASCII digits only: int() would also take "+1700000000", "1_700_000_000"
     # and non-ASCII digits, which other verifiers refuse.
     if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 15):
         raise WebhookVerificationError("invalid webhook-timestamp header")

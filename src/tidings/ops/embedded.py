@@ -70,7 +70,7 @@ def private_dir(directory: Path) -> None:
     """Create ``directory`` readable by its owner only (0700), tightening an old one.
 
     It holds queued jobs (email addresses, phone numbers) and the signing key: another
-    local user must not read them (issue 12).
+    local user must not read them.
     """
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
@@ -223,7 +223,8 @@ def embedded_key(directory: Path) -> str:
     if not path.exists():
         # Write a private temporary file, then link it into place: the link either makes
         # the whole key appear at once or fails with EEXIST because another process won
-        # the race, and then its key is read (issue 12: 1 of 180 concurrent starts failed).
+        # the race, and then its key is read (creating it in place failed 1 of 180
+        # concurrent starts).
         tmp = directory / f".key.{os.getpid()}.{secrets.token_hex(4)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:

@@ -32,7 +32,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["REDIS_ERRORS", "is_transient"]
+__all__ = ["REDIS_ERRORS", "is_transient", "is_wrong_type"]
 
 REDIS_ERRORS = (
     RedisConnectionError,
@@ -95,3 +95,15 @@ def reraise_cancel() -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
+
+
+def is_wrong_type(exc: BaseException) -> bool:
+    """Whether a Redis error says a key holds another type than the command needs
+    (``WRONGTYPE``: someone wrote a string over a queue's list, say). Permanent, and
+    confined to that key's queue."""
+    if not isinstance(exc, ResponseError):
+        return False
+    text = str(exc)
+    # A pipeline's error names the command first: "Command # 1 (...) of pipeline caused
+    # error: WRONGTYPE ...".
+    return text.startswith("WRONGTYPE") or "caused error: WRONGTYPE" in text

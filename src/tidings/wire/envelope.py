@@ -4,12 +4,17 @@ A job is stored as an *envelope*, the exact bytes::
 
     {"sig":"<64 hex chars>","body":<body JSON>}
 
-The signature is an HMAC-SHA256 over the queue name and the raw body bytes
-(``b"tidings:queue:<len>:<queue>\n" + body``), so a worker checks it before it parses
-anything, a job copied to another queue fails verification (issue 12), and the envelope
-is still one JSON document for tools that read it. Envelopes signed by older versions
-over the body alone are still accepted for :data:`LEGACY_SIGNATURE_WINDOW_S` after their
-``pushedAt`` (a signed field), so jobs queued before an upgrade drain.
+The signature is an HMAC-SHA256 over the app's Redis key prefix, the queue name and the
+raw body bytes (``b"tidings:prefix:<len>:<prefix>:queue:<len>:<queue>\n" + body``, each
+name length-prefixed), so a worker checks it before it parses anything, a job copied to
+another queue, or to another app sharing the Redis server and the key under its own
+prefix, fails verification, and the envelope is still one JSON document for tools that
+read it.
+
+Legacy envelopes, signed by older versions over less (the queue and the body,
+``b"tidings:queue:<len>:<queue>\n" + body``, or the body alone), are still accepted for
+:data:`LEGACY_SIGNATURE_WINDOW_S` after their ``pushedAt`` (a signed field), so jobs
+queued before an upgrade drain; after that they are refused.
 
 Body fields (:class:`JobBody`):
 
@@ -56,15 +61,23 @@ _HEAD = b'{"sig":"'
 _MID = b'","body":'
 _SIG_LEN = 64
 _BODY_AT = len(_HEAD) + _SIG_LEN + len(_MID)
-#: How long after ``pushedAt`` an envelope signed without the queue binding (by a
-#: version before it) is still run.
+#: How long after ``pushedAt`` an envelope signed without the prefix or the queue
+#: binding (by a version before it) is still run.
 LEGACY_SIGNATURE_WINDOW_S = 7 * 86400.0
 
 
-def _bound(queue: str) -> bytes:
-    """What a signature binds besides the body: the queue (length-prefixed)."""
-    name = queue.encode("utf-8", "surrogatepass")
-    return b"tidings:queue:%d:%s\n" % (len(name), name)
+def _bound(queue: str, prefix: str) -> bytes:
+    """What a signature binds besides the body: the key prefix and the queue, each
+    length-prefixed (no two pairs of names give the same bytes)."""
+    p = prefix.encode("utf-8", "surrogatepass")
+    q = queue.encode("utf-8", "surrogatepass")
+    return b"tidings:prefix:%d:%s:queue:%d:%s\n" % (len(p), p, len(q), q)
+
+
+def _queue_bound(queue: str) -> bytes:
+    """What legacy envelopes bound: the queue alone (before the prefix was bound)."""
+    q = queue.encode("utf-8", "surrogatepass")
+    return b"tidings:queue:%d:%s\n" % (len(q), q)
 
 
 class JobBody(TypedDict):
@@ -119,7 +132,8 @@ def _valid_backoff(spec: object) -> bool:
 
 
 def seal(body: JobBody, signer: Signer, *, max_bytes: int, queue: str = "default") -> bytes:
-    """Encode and sign ``body`` into envelope bytes, for ``queue`` only.
+    """Encode and sign ``body`` into envelope bytes, for ``queue`` under the signer's
+    key prefix only.
 
     Raises:
         PayloadTooLarge: the envelope is over ``max_bytes``; nothing was pushed.
@@ -131,7 +145,7 @@ def seal(body: JobBody, signer: Signer, *, max_bytes: int, queue: str = "default
         raise SerializationError(
             f"payload of {body['displayName']} is not JSON-safe: {exc}"
         ) from exc
-    signature = signer.sign(raw, _bound(queue)).encode()
+    signature = signer.sign(raw, _bound(queue, signer.prefix)).encode()
     envelope = b"".join((_HEAD, signature, _MID, raw, b"}"))
     if len(envelope) > max_bytes:
         raise PayloadTooLarge(
@@ -143,11 +157,12 @@ def seal(body: JobBody, signer: Signer, *, max_bytes: int, queue: str = "default
 def open_envelope(
     envelope: bytes, signer: Signer, *, job_id: str, queue: str = "default"
 ) -> JobBody:
-    """Verify and parse an envelope popped from ``queue``.
+    """Verify and parse an envelope popped from ``queue`` (under the signer's prefix).
 
     Raises:
-        PayloadRejected: unsigned, tampered, signed for another queue, malformed, or
-            queued under another id.
+        PayloadRejected: unsigned, tampered, signed for another queue or key prefix,
+            malformed, or queued under another id; a legacy envelope pushed more than
+            :data:`LEGACY_SIGNATURE_WINDOW_S` ago.
     """
     if not (
         envelope.startswith(_HEAD)
@@ -157,12 +172,16 @@ def open_envelope(
         raise PayloadRejected("bad signature: payload is not a signed envelope")
     raw = envelope[_BODY_AT:-1]
     signature = envelope[len(_HEAD) : len(_HEAD) + _SIG_LEN]
-    legacy = False
-    if not signer.verify(raw, signature, _bound(queue)):
-        legacy = signer.verify(raw, signature)
-        if not legacy:
+    missing = ""  # what a legacy signature did not bind
+    if not signer.verify(raw, signature, _bound(queue, signer.prefix)):
+        if signer.verify(raw, signature, _queue_bound(queue)):
+            missing = "the key prefix binding"
+        elif signer.verify(raw, signature):
+            missing = "the queue and key prefix binding"
+        else:
             raise PayloadRejected(
-                f"bad signature: payload was not signed with this app's key for queue {queue!r}"
+                "bad signature: payload was not signed with this app's key for queue "
+                f"{queue!r} under key prefix {signer.prefix!r}"
             )
     try:
         body = orjson.loads(raw)
@@ -182,9 +201,9 @@ def open_envelope(
         raise PayloadRejected("malformed payload: field 'backoff' has the wrong shape")
     if body["uuid"] != job_id:
         raise PayloadRejected("malformed payload: body id does not match the queued id")
-    if legacy and _clock.now() - body["pushedAt"] > LEGACY_SIGNATURE_WINDOW_S:
+    if missing and _clock.now() - body["pushedAt"] > LEGACY_SIGNATURE_WINDOW_S:
         raise PayloadRejected(
-            "bad signature: signed without the queue binding (an older tidings) and "
+            f"bad signature: signed without {missing} (an older tidings) and "
             "pushed more than 7 days ago"
         )
     return body  # type: ignore[return-value]

@@ -3,6 +3,11 @@
 ``TIDINGS_KEY`` may hold several keys separated by commas: the first signs, all verify,
 so a key can be rotated without failing the jobs already queued. A key written as
 ``base64:...`` is decoded first.
+
+A :class:`Signer` belongs to one App and knows that App's Redis key prefix
+(``TIDINGS_PREFIX``): envelopes bind it into what is signed (see
+:mod:`tidings.wire.envelope`), so two apps sharing one Redis and one key do not run each
+other's jobs.
 """
 
 from __future__ import annotations
@@ -28,11 +33,18 @@ def parse_keys(spec: str) -> list[bytes]:
 
 
 class Signer:
-    """Signs with the first key; verifies against any."""
+    """Signs with the first key; verifies against any.
 
-    __slots__ = ("_macs",)
+    Args:
+        keys: the key bytes, the signing key first.
+        prefix: the Redis key prefix of the App whose envelopes this signer seals and
+            opens (bound into every envelope signature).
+    """
 
-    def __init__(self, keys: Sequence[bytes]) -> None:
+    __slots__ = ("_macs", "prefix")
+
+    def __init__(self, keys: Sequence[bytes], *, prefix: str = "tidings") -> None:
+        self.prefix = prefix
         # One keyed HMAC per key, copied per message: the key schedule and the digest
         # lookup are paid once, not on every job (which, on a cold CPU after an idle
         # wait, is most of a signature's cost).
@@ -41,8 +53,8 @@ class Signer:
     def sign(self, body: bytes, context: bytes = b"") -> str:
         """Hex HMAC-SHA256 of ``context`` followed by ``body``.
 
-        ``context`` binds the signature to where the body may be used (the payload
-        passes the queue name), without copying the body.
+        ``context`` binds the signature to where the body may be used (an envelope
+        passes the key prefix and the queue name), without copying the body.
         """
         return _hex(self._macs[0], body, context)
 

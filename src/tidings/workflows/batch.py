@@ -333,7 +333,7 @@ async def record(app: Any, body: JobBody, outcome: str) -> None:
         try:
             callback_id = _envelope_id(envelope)
         except (orjson.JSONDecodeError, KeyError, TypeError):
-            # A callback envelope spoiled in Redis (issue 12): it could never run (its
+            # A callback envelope spoiled in Redis: it could never run (its
             # signature is checked too); skip it rather than fail the job that fired it.
             log.error("batch %s: %s callback is unreadable; skipped", batch_id, kind)
             continue

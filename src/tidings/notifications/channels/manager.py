@@ -104,7 +104,7 @@ class WebhookChannel:
     async def send(self, notifiable: Any, notification: Any, delivery_id: str) -> Any:
         message = _message(notification, "webhook", notifiable)
         url = getattr(message, "url", None) or _route(notifiable, "webhook", notification)
-        # Per-endpoint secrets (issue 12): the message's, else the route's, else the app's.
+        # Per-endpoint secrets: the message's, else the route's, else the app's.
         secret = getattr(message, "secret", None)
         if isinstance(url, WebhookEndpoint):
             secret = secret or url.secret

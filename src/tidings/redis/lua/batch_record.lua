@@ -13,7 +13,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id = ARGV[1]
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
--- Issue 12: counters written by hand (not integers) would make HINCRBY raise after the
+-- Counters written by hand (not integers) would make HINCRBY raise after the
 -- SADD below, half-way through; treat such a batch as gone (the job itself succeeds).
 for _, field in ipairs({'pending', 'processed', 'failed'}) do
   local v = redis.call('HGET', KEYS[1], field)

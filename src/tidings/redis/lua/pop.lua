@@ -36,7 +36,7 @@ local function migrate(from)
 end
 migrate(KEYS[2])
 
--- Hostile input (issue 12): anything read from Redis is checked before the first write
+-- Hostile input: anything read from Redis is checked before the first write
 -- for its job, so a malformed entry fails (or drops) that one job and never raises
 -- half-way through the pop, which would leave the jobs reserved before it stranded.
 local function valid_id(id)
@@ -73,7 +73,7 @@ local function recover()
       if valid_id(id) and redis.call('HEXISTS', KEYS[5], id) == 1 then
         local c = redis.call('HMGET', KEYS[6], id, id .. ':s')
         local attempts, stalls = counter(c[1]), counter(c[2])
-        -- Corrupt counters (issue 12) are left as they are: the pop below fails that job.
+        -- Corrupt counters are left as they are: the pop below fails that job.
         if attempts and stalls then
           if attempts > 0 then
             redis.call('HSET', KEYS[6], id .. ':s', stalls + 1, id, attempts - 1)
@@ -132,7 +132,7 @@ end
 
 -- Tokens: one read of the counter now and one write after the loop, not one INCR a job.
 local got = {}
--- A hand-written counter (issue 12) restarts from the clock, which only moves forward.
+-- A hand-written counter restarts from the clock, which only moves forward.
 local last = counter(redis.call('GET', KEYS[10])) or now
 while n < max do
   local id = redis.call('LPOP', KEYS[1])

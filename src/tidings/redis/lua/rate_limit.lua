@@ -8,7 +8,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
 local tat = tonumber(redis.call('GET', KEYS[1]) or now)
--- Issue 12: state written by hand (not a number, nan, inf, or further ahead than a full
+-- State written by hand (not a number, nan, inf, or further ahead than a full
 -- burst can put it) would raise or block the limit for ever: start it afresh.
 if not tat or tat ~= tat or tat > now + interval * burst then tat = now end
 if tat < now then tat = now end

@@ -14,7 +14,7 @@ if rcpt then return tonumber(rcpt) end
 local id = ARGV[1]
 if redis.call('HEXISTS', KEYS[5], id) == 0 then return 0 end
 if redis.call('HGET', KEYS[6], id .. ':t') ~= ARGV[5] then return -1 end
--- A corrupt counter (issue 12: someone wrote garbage beside the job) would make HINCRBY
+-- A corrupt counter (someone wrote garbage beside the job) would make HINCRBY
 -- raise after the ZREM below; start that counter again instead.
 for _, field in ipairs({id, id .. ':e'}) do
   local v = redis.call('HGET', KEYS[6], field)

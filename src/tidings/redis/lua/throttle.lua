@@ -4,7 +4,7 @@
 -- Returns for 'check': 0 when the job may run, else ms until the window decays;
 -- for 'hit': the exception count in the window; for 'clear': 0.
 local op = ARGV[1]
--- Issue 12: a counter written by hand (not an integer) would make INCR or the compare
+-- A counter written by hand (not an integer) would make INCR or the compare
 -- below raise for every job under this key: start it afresh.
 local raw = redis.call('GET', KEYS[1])
 if raw and (#raw > 15 or not string.match(raw, '^%d+$')) then redis.call('DEL', KEYS[1]) end

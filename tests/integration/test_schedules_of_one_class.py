@@ -1,5 +1,5 @@
-"""Issue 11, cron on real Redis: two schedules of one class with other arguments both
-run (item 9); a second schedule with the same name is refused."""
+"""Cron on real Redis: two schedules of one class with other arguments both
+run; a second schedule with the same name is refused."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Jobs for the issue-11 regression tests (imported by ``notify-worker`` through the
-workflows app, whose allowed modules include ``tests``)."""
+"""Jobs that fail on demand or kill their process, and functions used as a chain's
+``catch`` (imported by ``notify-worker`` through the workflows app, whose allowed
+modules include ``tests``)."""
 
 from __future__ import annotations
 

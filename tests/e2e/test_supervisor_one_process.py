@@ -1,4 +1,4 @@
-"""Issue 11 item 14: ``notify-worker --processes 1`` supervises one child; a job that kills
+"""``notify-worker --processes 1`` supervises one child; a job that kills
 its process kills that child, not the supervisor, and ends in the failed store."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from tests.e2e.test_supervisor import children_of
-from tests.integration.issue11_jobs import KillsItself
+from tests.integration.breakable_jobs import KillsItself
 from tests.integration.workflows_app import Record, make_app
 from tests.integration.workflows_support import execs, start_worker, wait_until
 from tests.support import Proc

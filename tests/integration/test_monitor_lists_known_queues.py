@@ -1,4 +1,4 @@
-"""Issue 11, the CLI: ``monitor --json`` lists empty queues with zeros (item 15)."""
+"""``monitor --json`` lists every known queue, empty ones with zeros."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Issue 11, batches: a create re-sent after its reply was lost (item 2), a producer dying
-right after creating (item 17), and ``failed retry`` of a failed member (item 8).
+"""Batches: a create re-sent after its reply was lost, a producer dying right after
+creating, and ``failed retry`` of a failed member.
 
 Real Redis, a TCP proxy that lets a command reach Redis and then drops (or cuts after)
 its reply, and real ``notify-worker`` subprocesses.
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.integration.issue11_jobs import Mendable
+from tests.integration.breakable_jobs import Mendable
 from tests.integration.workflows_app import Callback, Item, make_app
 from tests.integration.workflows_support import execs, start_worker, stop_all, wait_until
 from tests.support import FaultProxy, Proc
@@ -106,7 +106,7 @@ def _by_name(app: App, name: str) -> BatchInfo | None:
 def test_create_resent_after_lost_reply_keeps_the_counts(
     reply_proxy: ReplyProxy, app: App, prefix: str
 ) -> None:
-    """Item 2: the create ran, its reply was lost, redis-py re-sent it. Before, the second
+    """The create ran, its reply was lost, redis-py re-sent it. Before, the second
     run reset the counters and finished the batch at once (then/finally queued)."""
     proxied = make_app(reply_proxy.url(), prefix)
     try:
@@ -153,7 +153,7 @@ def test_empty_batch_create_resent_pushes_callbacks_once(
 def test_producer_dying_right_after_create_leaves_a_listed_batch(
     reply_proxy: ReplyProxy, app: App, prefix: str
 ) -> None:
-    """Item 17: everything after the create's reply fails (the producer 'dies'). Before,
+    """Everything after the create's reply fails (the producer 'dies'). Before,
     the index entry was a second command, so the batch was invisible to list_batches and
     `prune --unfinished`."""
     proxied = make_app(reply_proxy.url(), prefix)
@@ -174,7 +174,7 @@ def test_producer_dying_right_after_create_leaves_a_listed_batch(
 def test_failed_retry_of_a_batch_member_runs_it(
     app: App, redis_client: redis.Redis, prefix: str, spawn_proc: Callable[..., Proc]
 ) -> None:
-    """Item 8: before, the batch gate skipped the retried job (its id was in the finished
+    """Before, the batch gate skipped the retried job (its id was in the finished
     set), acked it as done and the failed record was gone: it never ran again."""
     redis_client.set(f"{prefix}:test:broken:m", 1)
     bid = (

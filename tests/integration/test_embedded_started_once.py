@@ -1,4 +1,4 @@
-"""Issue 11 item 16: the embedded server is never started twice on one directory, even
+"""The embedded server is never started twice on one directory, even
 when the running one does not answer PING (paused, busy, loading its AOF)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Issue 11, chains: later links, ``catch`` and unique unlocks stay on the connection the
-chain or job was dispatched on (item 11); ``catch`` takes a module-level function
-(item 12). Real Redis (two databases), real ``notify-worker`` subprocesses."""
+"""Chains: later links, ``catch`` and unique unlocks stay on the connection the
+chain or job was dispatched on; ``catch`` takes a module-level function. Real Redis (two
+databases), real ``notify-worker`` subprocesses."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from tests.integration.issue11_app import make_app
-from tests.integration.issue11_jobs import Mendable, chain_failed, chain_failed_queued
+from tests.integration.two_connections_app import make_app
+from tests.integration.breakable_jobs import Mendable, chain_failed, chain_failed_queued
 from tests.integration.workflows_app import Fail, Record, UniqueUntilStart
 from tests.integration.workflows_support import ROOT, execs, order, stop_all, wait_until
 from tests.support import Proc, python_cmd
@@ -19,7 +19,7 @@ from tidings import App
 from tidings.errors import ConfigurationError, PayloadRejected
 from tidings.workflows.chain import CallFunction, chain
 
-APP = "tests.integration.issue11_app:app"
+APP = "tests.integration.two_connections_app:app"
 
 
 @pytest.fixture
@@ -131,7 +131,7 @@ def test_catch_refuses_what_a_worker_cannot_import(app: App) -> None:
     with pytest.raises(TypeError):
         chain(Record("a")).catch("not callable")  # type: ignore[arg-type]
     c = chain(Record("a")).catch(chain_failed)
-    assert c._catch == CallFunction("tests.integration.issue11_jobs:chain_failed")
+    assert c._catch == CallFunction("tests.integration.breakable_jobs:chain_failed")
 
 
 def test_call_function_imports_only_allowed_functions(app: App) -> None:
@@ -139,7 +139,7 @@ def test_call_function_imports_only_allowed_functions(app: App) -> None:
     with pytest.raises(PayloadRejected, match="unknown job type"):
         CallFunction("os:getcwd").handle()
     with pytest.raises(PayloadRejected, match="not a function"):
-        CallFunction("tests.integration.issue11_jobs:Mendable").handle()
-    assert CallFunction("tests.integration.issue11_jobs:chain_failed").display_name() == (
+        CallFunction("tests.integration.breakable_jobs:Mendable").handle()
+    assert CallFunction("tests.integration.breakable_jobs:chain_failed").display_name() == (
         "chain_failed"
     )

@@ -1,4 +1,4 @@
-"""The workers' App of the issue-11 chain tests: the workflows app plus a named
+"""The workers' App of the chain-on-a-connection tests: the workflows app plus a named
 connection ``other`` (``WF_OTHER_URL``, another database of the same Redis)."""
 
 from __future__ import annotations

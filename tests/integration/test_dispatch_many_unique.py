@@ -1,4 +1,4 @@
-"""Issue 11, dispatching: ``dispatch_many`` applies unique/debounce checks (item 13)."""
+"""``dispatch_many`` applies the unique and debounce checks one dispatch would."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_dispatch_many_async_debounces(app: App) -> None:
 
 def test_dispatch_many_unique_pushes_raise_only_queue_unavailable(prefix: str) -> None:
     """A Redis that cannot be reached: the unique and debounced pushes of dispatch_many
-    raise QueueUnavailable, as every producer call does (issue 13), not redis-py's
+    raise QueueUnavailable, as every producer call does, not redis-py's
     ConnectionError."""
     dead = make_app(f"redis://127.0.0.1:{free_port()}/0", prefix)
     try:
