@@ -23,12 +23,12 @@ from tidings.errors import PayloadRejected
 from tidings.events.call_queued import CallQueuedListener
 from tidings.events.dispatcher import Dispatcher, EventKey, ListenerLike, QueuedTarget
 from tidings.events.listener import QueuedFunction, set_current_dispatcher_provider
+from tidings.jobs.compose import prepare
 from tidings.jobs.job import Job, PendingDispatch, current_run, option
 from tidings.jobs.middleware import run_through
 from tidings.moves.queues import RedisQueue
 from tidings.observability import redaction, tracing
 from tidings.observability.lifecycle import JobQueued
-from tidings.wire.compose import prepare
 from tidings.wire.envelope import JobBody
 from tidings.wire.signing import Signer, parse_keys
 from tidings.workflows import hooks as workflow

@@ -29,6 +29,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tidings.errors import QueueUnavailable
+from tidings.moves.batch_members import reopen_failed_members
 from tidings.redis import scripts
 from tidings.redis.clients import async_client, sync_client
 from tidings.redis.errors import REDIS_ERRORS, is_transient
@@ -605,8 +606,6 @@ class RedisQueue:
     def _reopen_batch_members(self, k: QueueKeys, ids: list[str]) -> None:
         """Batch members among ``ids`` are counted pending again before they move (else
         the batch gate would skip them as counted already; see ``batch_retry.lua``)."""
-        from tidings.workflows.batch_admin import reopen_failed_members
-
         if ids:
             envelopes: Any = self.client.hmget(k.failed_body, ids)
             reopen_failed_members(self.client, self.prefix, ids, list(envelopes))

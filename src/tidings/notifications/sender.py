@@ -142,9 +142,7 @@ class NotificationSender:
                 attrs = {"tidings.channel": channel, "tidings.delivery_id": delivery,
                          "tidings.notification": type(notification).__name__}  # fmt: skip
                 with tracing.span(f"notify {channel}", attrs, kind="CLIENT"):
-                    response = await self.channels.send(
-                        channel, notifiable, notification, delivery
-                    )
+                    response = await self.channels.send(channel, notifiable, notification, delivery)
             else:
                 response = await self.channels.send(channel, notifiable, notification, delivery)
         except Exception as exc:

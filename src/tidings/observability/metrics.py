@@ -32,6 +32,7 @@ A worker heartbeat is written in the same pipeline with a TTL of
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import contextlib
 import logging
@@ -52,6 +53,8 @@ from tidings.observability.lifecycle import (
     JobReleased,
     ReservationLost,
 )
+from tidings.observability.process import rss_mb
+from tidings.redis.errors import REDIS_ERRORS, reraise_cancel
 
 log = logging.getLogger("tidings.observability.metrics")
 
@@ -341,8 +344,6 @@ class Meter:
         """What the dashboard and ``notify-worker workers`` show of this worker."""
         w = self.worker
         opts = getattr(w, "opts", None)
-        from tidings.worker.upkeep import _rss_mb
-
         return {
             "id": self.id,
             "host": socket.gethostname(),
@@ -353,7 +354,7 @@ class Meter:
             "processed": getattr(w, "processed", 0),
             "started_at": self.started_at,
             "beat_at": time.time(),
-            "rss_mb": round(_rss_mb(), 1),
+            "rss_mb": round(rss_mb(), 1),
             "version": self.version,
             "child": os.environ.get("TIDINGS_CHILD", ""),
         }
@@ -416,10 +417,6 @@ class Meter:
 
     async def run(self) -> None:
         """The flushing task of a worker: once a second until cancelled."""
-        import asyncio
-
-        from tidings.worker.base import REDIS_ERRORS, reraise_cancel
-
         while not getattr(self.worker, "_stopping", False):  # close() flushes the rest
             await asyncio.sleep(FLUSH_EVERY_S)
             client = getattr(self.worker, "_client", None)
@@ -532,9 +529,7 @@ def series(
 
 def _replies(pipe: Any) -> list[Any]:
     """A pipeline's replies, with an error reply (a key of the wrong type) as empty."""
-    return [
-        {} if isinstance(r, Exception) else r for r in pipe.execute(raise_on_error=False)
-    ]
+    return [{} if isinstance(r, Exception) else r for r in pipe.execute(raise_on_error=False)]
 
 
 def summed(points: Iterable[tuple[int, Counts]]) -> Counts:

@@ -18,6 +18,8 @@ command), ``NOPERM``, ``WRONGTYPE``, a script error.
 
 from __future__ import annotations
 
+import asyncio
+
 from redis.exceptions import (
     AskError,
     ClusterDownError,
@@ -82,3 +84,14 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, RedisClusterException):
         return any(text in str(exc) for text in _CLUSTER_OUTAGE)
     return isinstance(exc, ResponseError) and str(exc).startswith(_TRANSIENT_REPLIES)
+
+
+def reraise_cancel() -> None:
+    """Re-raise a cancellation that redis-py turned into another error.
+
+    redis-py's asyncio client may answer a cancellation in the middle of a command with
+    a ``ConnectionError``; a loop that retries those would swallow the cancel and never end.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

@@ -257,9 +257,7 @@ class JobRunner(WorkerBase):
         limit = timeout if timeout and timeout > 0 else None
         load = functools.partial(serializer.decode, body["data"], self.host.resolve_class)
         try:
-            return await self._runner.submit(
-                self._wrapped(load), contextvars.copy_context(), limit
-            )
+            return await self._runner.submit(self._wrapped(load), contextvars.copy_context(), limit)
         except Overran:
             log.error("loading the models of %s overran %ss; the worker will exit", res.id, limit)
             self.stop("a model load could not be cancelled after its timeout", EXIT_STUCK)

@@ -43,12 +43,13 @@ from redis.cluster import RedisCluster
 
 from tidings import _clock, _current
 from tidings.errors import BatchClosed, MaxAttemptsExceeded
+from tidings.jobs.compose import build_body, default_delay, new_id
 from tidings.jobs.job import Job, PendingDispatch, current_run, option
 from tidings.moves.push_once import push_once, push_once_async
 from tidings.moves.queues import unavailable_aguard, unavailable_guard
+from tidings.redis import scripts
 from tidings.redis.keys import BatchKeys, batches_key
-from tidings.redis.scripts import Arg, LuaScript
-from tidings.wire.compose import build_body, default_delay, new_id
+from tidings.redis.scripts import Arg
 from tidings.wire.envelope import JobBody, seal
 from tidings.workflows.batch_admin import (
     BatchInfo,
@@ -57,14 +58,10 @@ from tidings.workflows.batch_admin import (
     find_batch,
     list_batches,
     prune_batches,
-    reopen_failed_members,
 )
 
 log = logging.getLogger("tidings.worker")
 
-BATCH_CREATE = LuaScript("batch_create")
-BATCH_ADD = LuaScript("batch_add")
-BATCH_RECORD = LuaScript("batch_record")
 KEEP_IDS_S = 7 * 24 * 3600.0
 """How long the finished/failed id sets of a finished batch are kept (its hash stays)."""
 
@@ -82,7 +79,6 @@ __all__ = [
     "find_batch",
     "list_batches",
     "prune_batches",
-    "reopen_failed_members",
 ]
 
 
@@ -201,9 +197,9 @@ class PendingBatch:
                 # between leaves an index entry without a batch (skipped, pruned), never a
                 # batch nobody can list.
                 rq.client.zadd(index, {k.id: int(_clock.now() * 1000)}, nx=True)
-                raw = BATCH_CREATE.call(rq.client, [k.info, k.members], args)
+                raw = scripts.BATCH_CREATE.call(rq.client, [k.info, k.members], args)
             else:
-                raw = BATCH_CREATE.call(rq.client, [k.info, k.members, index], args)
+                raw = scripts.BATCH_CREATE.call(rq.client, [k.info, k.members, index], args)
         for (queue, delay), group in _group(items).items():
             rq.push(queue, group, delay)
         for _, queue, envelope in _callbacks(raw):
@@ -220,9 +216,9 @@ class PendingBatch:
             index = batches_key(rq.prefix)
             if _is_cluster(client):
                 await client.zadd(index, {k.id: int(_clock.now() * 1000)}, nx=True)
-                raw = await BATCH_CREATE.acall(client, [k.info, k.members], args)
+                raw = await scripts.BATCH_CREATE.acall(client, [k.info, k.members], args)
             else:
-                raw = await BATCH_CREATE.acall(client, [k.info, k.members, index], args)
+                raw = await scripts.BATCH_CREATE.acall(client, [k.info, k.members, index], args)
         for (queue, delay), group in _group(items).items():
             await rq.push_async(queue, group, delay)
         for _, queue, envelope in _callbacks(raw):
@@ -299,7 +295,7 @@ class BatchRef:
         rq = app.queue_for(None)
         k = self._keys(app)
         args, items = self._prepare_add(app, jobs)
-        self._check(BATCH_ADD.call(rq.client, [k.info, k.members], args))
+        self._check(scripts.BATCH_ADD.call(rq.client, [k.info, k.members], args))
         for queue, job_id, envelope, delay in items:
             push_once(rq, queue, job_id, envelope, delay)
         return [i[1] for i in items]
@@ -310,7 +306,7 @@ class BatchRef:
         rq = app.queue_for(None)
         k = self._keys(app)
         args, items = self._prepare_add(app, jobs)
-        self._check(await BATCH_ADD.acall(rq.aclient(), [k.info, k.members], args))
+        self._check(await scripts.BATCH_ADD.acall(rq.aclient(), [k.info, k.members], args))
         for queue, job_id, envelope, delay in items:
             await push_once_async(rq, queue, job_id, envelope, delay)
         return [i[1] for i in items]
@@ -328,7 +324,7 @@ async def record(app: Any, body: JobBody, outcome: str) -> None:
     k = BatchKeys.build(rq.prefix, batch_id)
     args: list[Arg] = [body["uuid"], outcome, int(KEEP_IDS_S * 1000)]
     keys = [k.info, k.finished, k.failed, k.retried]
-    raw = await BATCH_RECORD.acall(rq.aclient(), keys, args)
+    raw = await scripts.BATCH_RECORD.acall(rq.aclient(), keys, args)
     for kind, queue, envelope in _callbacks(raw):
         try:
             callback_id = _envelope_id(envelope)

@@ -9,15 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import redis
 
+from tidings.redis import scripts
 from tidings.redis.keys import BatchKeys, batches_key
-from tidings.redis.scripts import LuaScript
-
-BATCH_CANCEL = LuaScript("batch_cancel")
-BATCH_RETRY = LuaScript("batch_retry")
-RETRIED_KEEP_MS = 7 * 24 * 3600 * 1000
 
 
 def _text(value: Any) -> str:
@@ -121,38 +116,7 @@ def cancel_batch(app: Any, batch_id: str) -> bool:
     """Cancel a batch; True when it was cancelled now (False: finished, cancelled or gone)."""
     rq = app.queue_for(None)
     k = BatchKeys.build(rq.prefix, batch_id)
-    return int(BATCH_CANCEL.call(rq.client, [k.info], [])) == 1
-
-
-def _batch_of(envelope: Any) -> str | None:
-    """The batch id in an envelope's body (read only: the worker verifies the signature)."""
-    try:
-        body = orjson.loads(envelope)["body"]
-        batch_id = body.get("batch") if isinstance(body, dict) else None
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        return None
-    return batch_id if isinstance(batch_id, str) and batch_id else None
-
-
-def reopen_failed_members(
-    client: redis.Redis, prefix: str, ids: list[str], envelopes: list[Any]
-) -> int:
-    """Before ``failed retry`` sends failed jobs back: count each batch member among them
-    as pending again, so that it runs (the batch gate lets it through) and its new
-    outcome is counted (see ``lua/batch_retry.lua``). Returns how many were reopened.
-
-    Runs before the move, and is safe to run twice: a crash in between leaves the job in
-    the failed store with its batch waiting for it, and retrying again moves it.
-    """
-    n = 0
-    for job_id, envelope in zip(ids, envelopes, strict=True):
-        batch_id = _batch_of(envelope) if envelope else None
-        if batch_id is None:
-            continue
-        k = BatchKeys.build(prefix, batch_id)
-        keys = [k.info, k.finished, k.failed, k.retried]
-        n += int(BATCH_RETRY.call(client, keys, [job_id, RETRIED_KEEP_MS])) > 0
-    return n
+    return int(scripts.BATCH_CANCEL.call(rq.client, [k.info], [])) == 1
 
 
 def list_batches(app: Any, limit: int = 50) -> list[BatchInfo]:

@@ -30,9 +30,11 @@ from typing import Any
 
 from tidings import _current
 from tidings.errors import ConfigurationError, PayloadRejected
+from tidings.events.call_queued import CallQueuedListener
+from tidings.events.listener import QueuedFunction, _import_path
+from tidings.jobs.compose import build_body, default_delay, new_id
 from tidings.jobs.job import Job, PendingDispatch, option
 from tidings.moves.push_once import push_once_async
-from tidings.wire.compose import build_body, default_delay, new_id
 from tidings.wire.envelope import JobBody, seal
 
 
@@ -68,9 +70,6 @@ class CallFunction(Job):
 
 def _catch_job(callback: Job | Callable[..., Any]) -> Job:
     """The job a chain's ``catch`` pushes: the job itself, or one calling the function."""
-    from tidings.events.call_queued import CallQueuedListener
-    from tidings.events.listener import QueuedFunction, _import_path
-
     if isinstance(callback, Job):
         return callback
     if isinstance(callback, QueuedFunction):

@@ -4,7 +4,8 @@ The App forwards three worker calls here:
 
 * :func:`builtin_layers` - middleware every job runs through before its own: a batch
   job's gate (skip when the batch was cancelled or already counted this job) and a
-  ``unique_until="processing"`` job's unlock.
+  ``unique_until="processing"`` job's unlock. It also binds the run's batch handle
+  (``self.batch`` of a batch job or a batch callback).
 * :func:`on_success` - after ``handle`` succeeded, before the ack: push the next chain
   link, record the batch outcome (which may fire callbacks).
 * :func:`on_final_failure` - when a job has finally failed, before it moves to the failed
@@ -27,10 +28,13 @@ from tidings.workflows.unique import UniqueStart
 
 
 def builtin_layers(app: Any, run: JobRun | None) -> list[Any]:
-    """The built-in middleware of the run in progress (usually none)."""
+    """The built-in middleware of the run in progress (usually none); binds ``run.batch``."""
     if run is None or not isinstance(run.body, dict):
         return []
     body = run.body
+    batch_id = body.get("batch") or body.get("batchCallback")
+    if batch_id:
+        run.batch = batches.BatchRef(str(batch_id))
     layers: list[Any] = []
     if body.get("batch"):
         layers.append(batches.BatchGate(app, body["batch"], run.job_id))

@@ -56,16 +56,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 from croniter import croniter
 
+from tidings.jobs.compose import build_body
 from tidings.jobs.job import Job, option
 from tidings.moves.push_once import push_once_async
+from tidings.redis import scripts
 from tidings.redis.keys import schedule_lease_key
-from tidings.redis.scripts import LuaScript
-from tidings.wire.compose import build_body
 from tidings.wire.envelope import seal
 
 log = logging.getLogger("tidings.schedule")
-LOCK = LuaScript("lock")
-UNLOCK = LuaScript("unlock")
 MAX_CATCHUP = 10
 
 
@@ -202,10 +200,10 @@ class Scheduler:
         finally:
             if self.leading:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(UNLOCK.acall(client, [lease], [self.token]), 1.0)
+                    await asyncio.wait_for(scripts.UNLOCK.acall(client, [lease], [self.token]), 1.0)
 
     async def _step(self, client: Any, lease: str, last_key: str) -> float:
-        got = await LOCK.acall(client, [lease], [self.token, int(self.lease_s * 1000)])
+        got = await scripts.LOCK.acall(client, [lease], [self.token, int(self.lease_s * 1000)])
         leading = int(got) == 1
         if leading != self.leading:
             log.info("scheduler: %s the lease", "took" if leading else "lost")

@@ -38,18 +38,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tidings.jobs.compose import build_body, default_delay, new_id
 from tidings.jobs.job import Job, PendingDispatch, option
 from tidings.moves.queues import RedisQueue, unavailable_aguard, unavailable_guard
 from tidings.observability.lifecycle import JobQueued
+from tidings.redis import scripts
 from tidings.redis.keys import debounce_key, unique_key
 from tidings.redis.scripts import Arg, LuaScript
 from tidings.wire import serializer
-from tidings.wire.compose import build_body, default_delay, new_id
 from tidings.wire.envelope import seal
-
-UNIQUE_PUSH = LuaScript("unique_push")
-DEBOUNCE_PUSH = LuaScript("debounce_push")
-UNLOCK = LuaScript("unlock")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,15 +124,15 @@ def _prepare(app: Any, pending: PendingDispatch, guard: Guard) -> _Prepared:
             int(guard.window_s * 1000),
             int(guard.max_wait_s * 1000),
         ]
-        return _Prepared(rq, queue, job_id, envelope, delay, DEBOUNCE_PUSH, keys, args)
+        return _Prepared(rq, queue, job_id, envelope, delay, scripts.DEBOUNCE_PUSH, keys, args)
     keys = [k.ready, k.delayed, k.notify, k.jobs, unique_key(rq.prefix, queue, guard.name)]
     keys += [k.done, k.failed]  # a re-sent push of a job that already ran is refused
     args = [job_id, envelope, int(delay * 1000), max(1, int(guard.window_s * 1000))]
-    return _Prepared(rq, queue, job_id, envelope, delay, UNIQUE_PUSH, keys, args)
+    return _Prepared(rq, queue, job_id, envelope, delay, scripts.UNIQUE_PUSH, keys, args)
 
 
 def _outcome(app: Any, p: _Prepared, pending: PendingDispatch, raw: Any) -> str | None:
-    if p.script is UNIQUE_PUSH and int(raw[0]) == 0:
+    if p.script is scripts.UNIQUE_PUSH and int(raw[0]) == 0:
         return None
     app.emit(JobQueued(p.job_id, p.queue, pending.job.display_name(), p.delay_s))
     return p.job_id
@@ -172,7 +169,7 @@ class UniqueStart:
         """Unlock (only if this job still holds the lock), then go on."""
         rq = self.app.queue_for(self.connection)
         key = unique_key(rq.prefix, self.queue, self.name)
-        await UNLOCK.acall(rq.aclient(), [key], [self.job_id])
+        await scripts.UNLOCK.acall(rq.aclient(), [key], [self.job_id])
         return await nxt()
 
 

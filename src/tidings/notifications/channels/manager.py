@@ -18,6 +18,7 @@ from typing import Any
 import jinja2
 
 from tidings.errors import ConfigurationError, ValidationError
+from tidings.notifications.channels.base import message_for
 from tidings.notifications.messages import WebhookEndpoint
 from tidings.notifications.net import check_url
 from tidings.notifications.validation import validate_e164, validate_email
@@ -32,15 +33,6 @@ def _route(notifiable: Any, channel: str, notification: Any) -> Any:
             f"{type(notifiable).__qualname__} has no route for {channel}", field=channel
         )
     return value
-
-
-def _message(notification: Any, channel: str, notifiable: Any) -> Any:
-    method = getattr(notification, f"to_{channel}", None)
-    if method is None:
-        raise ConfigurationError(
-            f"{type(notification).__qualname__} has no to_{channel}(notifiable)"
-        )
-    return method(notifiable)
 
 
 class MailChannel:
@@ -58,7 +50,7 @@ class MailChannel:
 
     async def send(self, notifiable: Any, notification: Any, delivery_id: str) -> Any:
         to = _route(notifiable, "mail", notification)
-        message = _message(notification, "mail", notifiable)
+        message = message_for(notification, "mail", notifiable)
         email = message.to_email(
             to=to,
             mail_from=self.mail_from,
@@ -83,7 +75,7 @@ class SmsChannel:
     async def send(self, notifiable: Any, notification: Any, delivery_id: str) -> Any:
         to = _route(notifiable, "sms", notification)
         return await self.transport.send(
-            str(to), _message(notification, "sms", notifiable), delivery_id
+            str(to), message_for(notification, "sms", notifiable), delivery_id
         )
 
     async def close(self) -> None:
@@ -102,7 +94,7 @@ class WebhookChannel:
         )
 
     async def send(self, notifiable: Any, notification: Any, delivery_id: str) -> Any:
-        message = _message(notification, "webhook", notifiable)
+        message = message_for(notification, "webhook", notifiable)
         url = getattr(message, "url", None) or _route(notifiable, "webhook", notification)
         # Per-endpoint secrets (issue 12): the message's, else the route's, else the app's.
         secret = getattr(message, "secret", None)

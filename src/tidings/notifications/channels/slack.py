@@ -41,12 +41,12 @@ from tidings.errors import (
 )
 from tidings.notifications.channels.base import (
     DeliveryResult,
+    message_for,
     parse_query,
     parse_retry_after,
     redact,
     shorten,
 )
-from tidings.notifications.channels.manager import _message
 from tidings.notifications.net import (
     PinnedTransport,
     SystemResolver,
@@ -516,7 +516,7 @@ class SlackChannel:
         )
 
     async def send(self, notifiable: Any, notification: Any, delivery_id: str) -> DeliveryResult:
-        message = as_message(_message(notification, "slack", notifiable))
+        message = as_message(message_for(notification, "slack", notifiable))
         route = notifiable.route_notification_for("slack", notification)
         result: DeliveryResult = await self.transport.send(
             message, str(route) if route else None, delivery_id
