@@ -411,8 +411,12 @@ class App:
             pending, self.signer, max_bytes=self.max_payload_bytes
         )
         conn = pending.connection or option(pending.job.option_source(), "connection")
-        self._queues_used.add(queue)
+        self.note_queue(queue)
         return self.queue_for(conn), queue, job_id, envelope, delay
+
+    def note_queue(self, queue: str) -> None:
+        """Remember that this process pushed to ``queue`` (``job_status`` looks there)."""
+        self._queues_used.add(queue)
 
     def _deferrer(self, pending: PendingDispatch) -> after_commit.Deferrer | None:
         """Where to hold this push until commit (None: push now); see

@@ -20,8 +20,11 @@ import click
 import orjson
 
 from tidings._version import __version__
+from tidings.app import App
+from tidings.moves.queues import RedisQueue
 from tidings.observability.redaction import mask_url, redact
 from tidings.observability.terminal import EscapingFormatter, escape_json
+from tidings.redis.keys import known_queues_key
 
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F) if c not in (0x0A,)}
 _CONTROL |= {c: f"\\x{c:02x}" for c in range(0x80, 0xA0)}
@@ -262,3 +265,36 @@ def monitor_watch(read: Callable[[], dict[str, dict[str, int]]], interval_s: flo
                 live.update(table())
     except KeyboardInterrupt:
         pass
+
+
+# -- which queues exist, for ``monitor`` -----------------------------------------------
+# ``monitor`` lists ``default``, every queue the App dispatched to, schedules on or sends
+# its queued listeners to, every queue a worker of the App has listened on (the set
+# ``{prefix}:queues``, see :mod:`tidings.moves.queue_names`), and every queue that holds
+# a key now.
+
+
+def _listener_queues(app: App) -> set[str]:
+    """The ``queue`` options of the App's queued listeners."""
+    out: set[str] = set()
+    signals = getattr(getattr(app, "events", None), "_signals", {})
+    for signal in list(signals.values()):
+        for reg in list(signal.receivers.values()):
+            queue = getattr(getattr(reg, "listener", None), "queue", None)
+            if isinstance(queue, str) and queue:
+                out.add(queue)
+    return out
+
+
+def known_queues(app: App, rq: RedisQueue) -> list[str]:
+    """Every queue the App knows of (see the module docstring), sorted."""
+    names: set[str] = {"default", *getattr(app, "_queues_used", ())}
+    for s in getattr(app, "schedules", ()):
+        queue = s.queue or getattr(s.job.option_source(), "queue", None)
+        if queue:
+            names.add(str(queue))
+    names.update(_listener_queues(app))
+    raw: Any = rq.client.smembers(known_queues_key(rq.prefix))
+    names.update(x.decode() if isinstance(x, bytes) else str(x) for x in raw)
+    names.update(rq.queue_names())
+    return sorted(names)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tidings.events.listener import ShouldQueue
+from tidings.hosts import AppHost
 from tidings.jobs.job import PendingDispatch, delay_seconds
 from tidings.notifications.channels.manager import ChannelManager
 from tidings.notifications.events import NotificationFailed, NotificationSending, NotificationSent
@@ -44,7 +45,7 @@ def _as_list(notifiables: Any) -> list[Any]:
 class NotificationSender:
     """Sends and queues notifications for one App."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: AppHost) -> None:
         self.app = app
         self.channels = ChannelManager(app)
 

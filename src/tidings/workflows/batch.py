@@ -43,6 +43,7 @@ from redis.cluster import RedisCluster
 
 from tidings import _clock, _current
 from tidings.errors import BatchClosed, MaxAttemptsExceeded
+from tidings.hosts import AppHost, WorkflowHost
 from tidings.jobs.compose import build_body, default_delay, new_id
 from tidings.jobs.job import Job, PendingDispatch, current_run, option
 from tidings.moves.push_once import push_once, push_once_async
@@ -86,7 +87,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _seal_item(app: Any, item: Item, batch_id: str, queue: str | None, job_id: str) -> Pushed:
+def _seal_item(app: AppHost, item: Item, batch_id: str, queue: str | None, job_id: str) -> Pushed:
     pending = item if isinstance(item, PendingDispatch) else PendingDispatch(item)
     job = pending.job
     q = pending.queue or queue or option(job.option_source(), "queue") or "default"
@@ -98,7 +99,9 @@ def _seal_item(app: Any, item: Item, batch_id: str, queue: str | None, job_id: s
     return str(q), job_id, envelope, delay
 
 
-def _callback_fields(app: Any, kind: str, job: Job, batch_id: str, queue: str | None) -> list[Arg]:
+def _callback_fields(
+    app: AppHost, kind: str, job: Job, batch_id: str, queue: str | None
+) -> list[Arg]:
     q = queue or option(job.option_source(), "queue") or "default"
     body = build_body(job, new_id())
     body["batchCallback"] = batch_id
@@ -166,7 +169,7 @@ class PendingBatch:
         self._queue = name
         return self
 
-    def _prepare(self, app: Any) -> tuple[BatchKeys, list[Arg], list[Pushed]]:
+    def _prepare(self, app: AppHost) -> tuple[BatchKeys, list[Arg], list[Pushed]]:
         batch_id = new_id()
         fields: list[Arg] = ["name", self._name, "allow_failures", int(self._allow)]
         for kind, job in self._callbacks.items():
@@ -243,7 +246,7 @@ class BatchRef:
     def __str__(self) -> str:
         return self.id
 
-    def _keys(self, app: Any) -> BatchKeys:
+    def _keys(self, app: AppHost) -> BatchKeys:
         return BatchKeys.build(app.queue_for(None).prefix, self.id)
 
     def fetch(self) -> BatchInfo | None:
@@ -260,7 +263,7 @@ class BatchRef:
         """Cancel the batch: jobs not started yet are skipped. True if cancelled now."""
         return cancel_batch(_current.current(), self.id)
 
-    def _prepare_add(self, app: Any, jobs: Iterable[Item]) -> tuple[list[Arg], list[Pushed]]:
+    def _prepare_add(self, app: AppHost, jobs: Iterable[Item]) -> tuple[list[Arg], list[Pushed]]:
         run = current_run()
         body: dict[str, Any] | None = (
             run.body if run is not None and isinstance(run.body, dict) else None
@@ -315,7 +318,7 @@ class BatchRef:
 # -- the worker's side -------------------------------------------------------------------
 
 
-async def record(app: Any, body: JobBody, outcome: str) -> None:
+async def record(app: WorkflowHost, body: JobBody, outcome: str) -> None:
     """Record a batch job's outcome (``ok`` or ``fail``) and push what it fires."""
     batch_id = body.get("batch")
     if not batch_id:
@@ -347,7 +350,7 @@ class BatchGate:
     A failed job sent back by ``failed retry`` always runs (see ``lua/batch_retry.lua``):
     it is in the batch's ``retried`` set until its new outcome is recorded."""
 
-    def __init__(self, app: Any, batch_id: str, job_id: str) -> None:
+    def __init__(self, app: WorkflowHost, batch_id: str, job_id: str) -> None:
         self.app = app
         self.batch_id = batch_id
         self.job_id = job_id

@@ -11,6 +11,7 @@ from typing import Any
 
 import redis
 
+from tidings.hosts import AppHost
 from tidings.redis import scripts
 from tidings.redis.keys import BatchKeys, batches_key
 
@@ -98,28 +99,28 @@ class BatchInfo:
         )
 
 
-def find_batch(app: Any, batch_id: str) -> BatchInfo | None:
+def find_batch(app: AppHost, batch_id: str) -> BatchInfo | None:
     """The batch ``batch_id``, or None when there is none (never was, or pruned)."""
     rq = app.queue_for(None)
     raw: Any = rq.client.hgetall(BatchKeys.build(rq.prefix, batch_id).info)
     return BatchInfo.from_hash(batch_id, raw) if raw else None
 
 
-def failed_job_ids(app: Any, batch_id: str) -> list[str]:
+def failed_job_ids(app: AppHost, batch_id: str) -> list[str]:
     """Ids of the batch's jobs that finally failed (kept a week after it finished)."""
     rq = app.queue_for(None)
     raw: Any = rq.client.smembers(BatchKeys.build(rq.prefix, batch_id).failed)
     return sorted(_text(r) for r in raw)
 
 
-def cancel_batch(app: Any, batch_id: str) -> bool:
+def cancel_batch(app: AppHost, batch_id: str) -> bool:
     """Cancel a batch; True when it was cancelled now (False: finished, cancelled or gone)."""
     rq = app.queue_for(None)
     k = BatchKeys.build(rq.prefix, batch_id)
     return int(scripts.BATCH_CANCEL.call(rq.client, [k.info], [])) == 1
 
 
-def list_batches(app: Any, limit: int = 50) -> list[BatchInfo]:
+def list_batches(app: AppHost, limit: int = 50) -> list[BatchInfo]:
     """The most recent batches, newest first."""
     rq = app.queue_for(None)
     ids: Any = rq.client.zrevrange(batches_key(rq.prefix), 0, max(0, limit - 1))
@@ -131,7 +132,7 @@ def list_batches(app: Any, limit: int = 50) -> list[BatchInfo]:
     return out
 
 
-def prune_batches(app: Any, older_than_s: float, *, unfinished: bool = False) -> int:
+def prune_batches(app: AppHost, older_than_s: float, *, unfinished: bool = False) -> int:
     """Delete batches finished more than ``older_than_s`` ago (and, with ``unfinished``,
     unfinished ones created that long ago); returns how many were deleted."""
     rq = app.queue_for(None)

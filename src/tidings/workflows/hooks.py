@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidings.hosts import WorkflowHost
 from tidings.jobs.job import Job, JobRun
 from tidings.wire.envelope import JobBody
 from tidings.workflows import batch as batches
 from tidings.workflows.unique import UniqueStart
 
 
-def builtin_layers(app: Any, run: JobRun | None) -> list[Any]:
+def builtin_layers(app: WorkflowHost, run: JobRun | None) -> list[Any]:
     """The built-in middleware of the run in progress (usually none); binds ``run.batch``."""
     if run is None or not isinstance(run.body, dict):
         return []
@@ -44,7 +45,7 @@ def builtin_layers(app: Any, run: JobRun | None) -> list[Any]:
     return layers
 
 
-async def on_success(app: Any, job: Job, body: JobBody, queue: str) -> None:
+async def on_success(app: WorkflowHost, job: Job, body: JobBody, queue: str) -> None:
     """Advance the job's chain and count it in its batch (before its ack)."""
     if body["chain"]:
         from tidings.workflows.chain import push_next
@@ -54,7 +55,7 @@ async def on_success(app: Any, job: Job, body: JobBody, queue: str) -> None:
         await batches.record(app, body, "ok")
 
 
-async def on_final_failure(app: Any, job: Job | None, body: JobBody, queue: str) -> None:
+async def on_final_failure(app: WorkflowHost, job: Job | None, body: JobBody, queue: str) -> None:
     """Fire the chain's catch and count the failure in the batch (before the failed move)."""
     if body.get("chainCatch"):
         from tidings.workflows.chain import push_catch

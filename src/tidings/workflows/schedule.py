@@ -56,6 +56,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 from croniter import croniter
 
+from tidings.hosts import AppHost
 from tidings.jobs.compose import build_body
 from tidings.jobs.job import Job, option
 from tidings.moves.push_once import push_once_async
@@ -172,7 +173,7 @@ class Scheduler:
         catchup_s: the oldest missed tick a new leader still dispatches.
     """
 
-    def __init__(self, app: Any, *, lease_s: float = 10.0, catchup_s: float = 600.0) -> None:
+    def __init__(self, app: AppHost, *, lease_s: float = 10.0, catchup_s: float = 600.0) -> None:
         self.app = app
         self.schedules: list[Schedule] = list(app.schedules)
         self.lease_s = float(getattr(app, "schedule_lease_s", lease_s))

@@ -18,6 +18,7 @@ from typing import Any
 import jinja2
 
 from tidings.errors import ConfigurationError, ValidationError
+from tidings.hosts import AppHost
 from tidings.notifications.channels.base import message_for
 from tidings.notifications.messages import WebhookEndpoint
 from tidings.notifications.net import check_url
@@ -38,7 +39,7 @@ def _route(notifiable: Any, channel: str, notification: Any) -> Any:
 class MailChannel:
     """Renders MailMessage through jinja2 and sends it with the mail transport."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: AppHost) -> None:
         from tidings.notifications.channels.mail import mail_transport_from_url
         from tidings.notifications.messages import make_environment
 
@@ -67,7 +68,7 @@ class MailChannel:
 class SmsChannel:
     """Sends SmsMessage through the configured provider."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: AppHost) -> None:
         from tidings.notifications.channels.sms import sms_transport_from_url
 
         self.transport = sms_transport_from_url(app.settings.sms_url)
@@ -85,7 +86,7 @@ class SmsChannel:
 class WebhookChannel:
     """POSTs WebhookMessage, signed per Standard Webhooks."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: AppHost) -> None:
         from tidings.notifications.channels.webhook import WebhookTransport
 
         s = app.settings
@@ -107,13 +108,13 @@ class WebhookChannel:
         await self.transport.close()
 
 
-def _database_channel(app: Any) -> Any:
+def _database_channel(app: AppHost) -> Any:
     from tidings.notifications.channels.database import DatabaseChannel
 
     return DatabaseChannel(app)
 
 
-def _slack_channel(app: Any) -> Any:
+def _slack_channel(app: AppHost) -> Any:
     from tidings.notifications.channels.slack import SlackChannel
 
     return SlackChannel(app)
@@ -131,7 +132,7 @@ BUILTIN: dict[str, Factory] = {
 class ChannelManager:
     """Creates channels lazily, one set per event loop."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: AppHost) -> None:
         self.app = app
         self.factories: dict[str, Factory] = dict(BUILTIN)
         self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]]

@@ -39,6 +39,7 @@ from tidings.errors import (
     TransientChannelError,
     ValidationError,
 )
+from tidings.hosts import AppHost
 from tidings.notifications.channels.base import (
     DeliveryResult,
     message_for,
@@ -509,7 +510,7 @@ def _str(value: Any) -> str | None:
 class SlackChannel:
     """The ``slack`` channel: ``to_slack(notifiable) -> SlackMessage | str``."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: AppHost) -> None:
         s = app.settings
         self.transport = slack_transport_from_url(
             s.slack_url, allow_private=s.webhook_allow_private
