@@ -114,7 +114,7 @@ def _processes(opts: dict[str, Any]) -> int:
     return int(n) if n.isdigit() else int(opts.get("processes") or 1)
 
 
-def banner_lines(app: Any, opts: dict[str, Any], queues: list[str]) -> list[str]:
+def banner_lines(app: App, opts: dict[str, Any], queues: list[str]) -> list[str]:
     """The worker's start-up banner: what it runs on, with every secret masked."""
     s = app.settings
     redis_text = mask_url(s.redis_url)
@@ -135,7 +135,7 @@ def banner_lines(app: Any, opts: dict[str, Any], queues: list[str]) -> list[str]
     return [clean(line) for line in lines]
 
 
-def print_banner(app: Any, opts: dict[str, Any], queues: list[str], *, json_logs: bool) -> None:
+def print_banner(app: App, opts: dict[str, Any], queues: list[str], *, json_logs: bool) -> None:
     if json_logs:
         s = app.settings
         record = {

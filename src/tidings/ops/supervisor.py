@@ -40,7 +40,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tidings.worker.worker import Worker
 
 HEARTBEAT_ENV = "TIDINGS_HEARTBEAT_FILE"
 PLANNED_EXITS = (0, 12, 13)
@@ -229,7 +232,7 @@ def supervise(n: int, argv: list[str], *, grace_s: float = 30.0, timeout_s: floa
 # -- the child's side --------------------------------------------------------------------
 
 
-async def _beat(worker: Any, path: Path) -> None:
+async def _beat(worker: Worker, path: Path) -> None:
     from tidings.worker.worker import EXIT_STUCK
 
     tmp = path.with_suffix(".tmp")
@@ -248,7 +251,7 @@ async def _beat(worker: Any, path: Path) -> None:
         write(f"{'stuck' if worker.exit_code == EXIT_STUCK else 'stopping'} {time.time()}")
 
 
-def heartbeat_task(worker: Any) -> list[Any]:
+def heartbeat_task(worker: Worker) -> list[Any]:
     """The heartbeat coroutine of a supervised worker (none when not supervised)."""
     path = os.environ.get(HEARTBEAT_ENV)
     return [_beat(worker, Path(path))] if path else []
