@@ -67,7 +67,7 @@ def best_ns(fn: Callable[[], Any], number: int) -> float:
 
 def build_only(app: App, listener: type[Listener], event: object) -> None:
     """What a queued dispatch does before its one round trip."""
-    from tidings.wire.compose import prepare
+    from tidings.jobs.compose import prepare
 
     prepare(app._queued_job(listener, (event,)), app.signer, max_bytes=app.max_payload_bytes)
 

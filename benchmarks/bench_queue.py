@@ -112,7 +112,7 @@ def _app() -> Any:
 def sample_envelope() -> bytes:
     """The envelope a NoOpJob is pushed as (to size the baselines' payloads)."""
     from tidings.jobs.job import PendingDispatch
-    from tidings.wire.compose import prepare
+    from tidings.jobs.compose import prepare
 
     b = _app()
     _, _, envelope, _ = prepare(

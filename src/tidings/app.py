@@ -23,11 +23,11 @@ from tidings.errors import PayloadRejected
 from tidings.events.call_queued import CallQueuedListener
 from tidings.events.dispatcher import Dispatcher, EventKey, ListenerLike, QueuedTarget
 from tidings.events.listener import QueuedFunction, set_current_dispatcher_provider
+from tidings.jobs.compose import prepare
 from tidings.jobs.job import Job, PendingDispatch, option
 from tidings.moves.queues import RedisQueue
 from tidings.observability import redaction, tracing
 from tidings.observability.lifecycle import JobQueued
-from tidings.wire.compose import prepare
 from tidings.wire.signing import Signer, parse_keys
 from tidings.workflows.hooks import WorkflowHooks
 from tidings.workflows.unique import GuardedPush, guard_for, push_guarded, push_guarded_async
@@ -391,8 +391,12 @@ class App:
             pending, self.signer, max_bytes=self.max_payload_bytes
         )
         conn = pending.connection or option(pending.job.option_source(), "connection")
-        self._queues_used.add(queue)
+        self.note_queue(queue)
         return self.queue_for(conn), queue, job_id, envelope, delay
+
+    def note_queue(self, queue: str) -> None:
+        """Remember that this process pushed to ``queue`` (``job_status`` looks there)."""
+        self._queues_used.add(queue)
 
     def _deferrer(self, pending: PendingDispatch) -> after_commit.Deferrer | None:
         """Where to hold this push until commit (None: push now); see

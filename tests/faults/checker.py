@@ -73,11 +73,10 @@ from tests.support import FaultProxy, RedisServer  # noqa: E402
 from tidings import App, Job, batch, chain  # noqa: E402
 from tidings.errors import QueueUnavailable  # noqa: E402
 from tidings.redis import scripts
-from tidings.workflows.batch import BATCH_RECORD, BatchInfo  # noqa: E402
+from tidings.workflows.batch import BatchInfo  # noqa: E402
 from tidings.jobs.job import PendingDispatch  # noqa: E402
 from tidings.redis.keys import BatchKeys  # noqa: E402
-from tidings.moves.push_once import PUSH_ONCE  # noqa: E402
-from tidings.wire.compose import prepare  # noqa: E402
+from tidings.jobs.compose import prepare  # noqa: E402
 from tidings.moves.queues import RedisQueue  # noqa: E402
 
 KEY = "checker-key-0123456789abcdef-0123456"
@@ -95,7 +94,10 @@ KINDS: dict[str, scripts.LuaScript] = {
 # Drawn from the seed's batch stream (the schedules of the seeds above stay as they were):
 # a worker re-sends these after a lost reply, and the re-send must count nothing twice
 # and push no callback twice.
-BATCH_KINDS: dict[str, scripts.LuaScript] = {"batch_record": BATCH_RECORD, "push_once": PUSH_ONCE}
+BATCH_KINDS: dict[str, scripts.LuaScript] = {
+    "batch_record": scripts.BATCH_RECORD,
+    "push_once": scripts.PUSH_ONCE,
+}
 CALLBACKS = ("then", "catch", "finally")
 FAULTS = ("kill", "stop", "restart", "reset")
 # A Redis outage this long can outlast a lease (renewed every third of it): jobs then

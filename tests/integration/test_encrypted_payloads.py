@@ -19,7 +19,7 @@ from tidings import App, chain
 from tidings.cli.main import main
 from tidings.jobs.job import PendingDispatch
 from tidings.wire.envelope import seal
-from tidings.wire.compose import prepare
+from tidings.jobs.compose import prepare
 
 SECRETS = (m.SECRET_EMAIL.encode(), m.SECRET_SSN.encode(), b"glucose-9.9-mmol")
 K1 = "first-encryption-key-0123456789"

@@ -25,7 +25,7 @@ from tidings.moves.consume import Broker, PopResult, Reserved
 from tidings.redis.clients import async_client
 from tidings.redis.keys import QueueKeys
 from tidings.wire.envelope import JobBody, open_envelope, seal
-from tidings.wire.compose import new_id
+from tidings.jobs.compose import new_id
 from tidings.moves.queues import RedisQueue
 from tidings.wire.signing import Signer
 

@@ -15,7 +15,7 @@ from tests.integration.workflows_app import Noted, Tick, make_app
 from tests.integration.workflows_support import ROOT, start_worker, stop_all, wait_until
 from tests.support import Proc
 from tidings import Listener, ShouldQueue
-from tidings.moves.queue_names import known_queues
+from tidings.cli.observe import known_queues
 
 ZEROS = {"ready": 0, "delayed": 0, "reserved": 0, "failed": 0}
 

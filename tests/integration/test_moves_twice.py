@@ -20,7 +20,7 @@ from tests.integration.test_lua_scripts import envelope, held, k_of, pop, run
 from tidings.redis import scripts
 from tidings.moves.consume import Broker
 from tidings.moves.queues import RedisQueue
-from tidings.workflows.unique import UNIQUE_PUSH
+from tidings.redis.scripts import UNIQUE_PUSH
 
 
 @pytest.fixture

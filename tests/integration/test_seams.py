@@ -22,7 +22,7 @@ import redis
 from tests.support import FaultProxy
 from tidings import App, Job
 from tidings.redis import scripts
-from tidings.workflows.unique import UNIQUE_PUSH
+from tidings.redis.scripts import UNIQUE_PUSH
 from tidings.worker.worker import Worker, WorkerOptions
 
 KEY = "seams-test-key-0123456789abcdef-01"

@@ -25,7 +25,7 @@ from tests.integration.workflows_support import execs, order, start_worker, stop
 from tests.support import Proc
 from tidings import App, CallQueuedListener, chain
 from tidings.moves.push_once import push_once
-from tidings.wire.compose import new_id
+from tidings.jobs.compose import new_id
 
 
 @pytest.fixture

@@ -155,7 +155,7 @@ import sys
 sys.modules["opentelemetry"] = None  # as if the extra were not installed
 from tidings import Job
 from tidings.observability import tracing
-from tidings.wire.compose import build_body
+from tidings.jobs.compose import build_body
 class J(Job):
     pass
 J.__module__ = "tidings.x"

@@ -326,7 +326,7 @@ def test_job_ids_are_unique_in_forked_children() -> None:
     """The id generator is reseeded after fork: a parent and its child never repeat."""
     import os
 
-    from tidings.wire.compose import new_id
+    from tidings.jobs.compose import new_id
 
     read, write = os.pipe()
     pid = os.fork()

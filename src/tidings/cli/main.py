@@ -327,7 +327,7 @@ def monitor(
     if queues:
         names = [q.strip() for q in queues.split(",") if q.strip()]
     else:
-        from tidings.moves.queue_names import known_queues
+        from tidings.cli.observe import known_queues
 
         names = known_queues(app, rq)  # empty ones too, with zeros
     if watch:

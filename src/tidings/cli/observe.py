@@ -21,8 +21,11 @@ import click
 import orjson
 
 from tidings._version import __version__
+from tidings.app import App
+from tidings.moves.queues import RedisQueue
 from tidings.observability.redaction import mask_url, redact
 from tidings.observability.terminal import EscapingFormatter, escape, escape_json
+from tidings.redis.keys import known_queues_key
 
 
 def plural(n: int, word: str, words: str | None = None) -> str:
@@ -104,7 +107,7 @@ def _processes(opts: dict[str, Any]) -> int:
     return int(n) if n.isdigit() else int(opts.get("processes") or 1)
 
 
-def banner_lines(app: Any, opts: dict[str, Any], queues: list[str]) -> list[str]:
+def banner_lines(app: App, opts: dict[str, Any], queues: list[str]) -> list[str]:
     """The worker's start-up banner: what it runs on, with every secret masked."""
     s = app.settings
     redis_text = mask_url(s.redis_url)
@@ -125,7 +128,7 @@ def banner_lines(app: Any, opts: dict[str, Any], queues: list[str]) -> list[str]
     return [escape(line) for line in lines]
 
 
-def print_banner(app: Any, opts: dict[str, Any], queues: list[str], *, json_logs: bool) -> None:
+def print_banner(app: App, opts: dict[str, Any], queues: list[str], *, json_logs: bool) -> None:
     if json_logs:
         s = app.settings
         record = {
@@ -257,3 +260,36 @@ def monitor_watch(read: Callable[[], dict[str, dict[str, int]]], interval_s: flo
                 live.update(table())
     except KeyboardInterrupt:
         pass
+
+
+# -- which queues exist, for ``monitor`` -----------------------------------------------
+# ``monitor`` lists ``default``, every queue the App dispatched to, schedules on or sends
+# its queued listeners to, every queue a worker of the App has listened on (the set
+# ``{prefix}:queues``, see :mod:`tidings.moves.queue_names`), and every queue that holds
+# a key now.
+
+
+def _listener_queues(app: App) -> set[str]:
+    """The ``queue`` options of the App's queued listeners."""
+    out: set[str] = set()
+    signals = getattr(getattr(app, "events", None), "_signals", {})
+    for signal in list(signals.values()):
+        for reg in list(signal.receivers.values()):
+            queue = getattr(getattr(reg, "listener", None), "queue", None)
+            if isinstance(queue, str) and queue:
+                out.add(queue)
+    return out
+
+
+def known_queues(app: App, rq: RedisQueue) -> list[str]:
+    """Every queue the App knows of (see the module docstring), sorted."""
+    names: set[str] = {"default", *getattr(app, "_queues_used", ())}
+    for s in getattr(app, "schedules", ()):
+        queue = s.queue or getattr(s.job.option_source(), "queue", None)
+        if queue:
+            names.add(str(queue))
+    names.update(_listener_queues(app))
+    raw: Any = rq.client.smembers(known_queues_key(rq.prefix))
+    names.update(x.decode() if isinstance(x, bytes) else str(x) for x in raw)
+    names.update(rq.queue_names())
+    return sorted(names)

@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from tidings.errors import ModelNotFound, PayloadRejected, SerializationError
+from tidings.hosts import AppHost
 from tidings.wire.serializer import class_path, register_extension
 
 
@@ -133,7 +134,7 @@ class PydanticModels:
         return cls.model_validate(data)
 
 
-def skips_missing_model(app: Any, job_cls: type[Any], data: Any) -> bool:
+def skips_missing_model(app: AppHost, job_cls: type[Any], data: Any) -> bool:
     """Whether a job whose model argument is gone is dropped (True) or failed.
 
     ``delete_when_missing_models`` on the notification, the queued listener or the job

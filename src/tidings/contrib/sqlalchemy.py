@@ -39,6 +39,8 @@ _open: contextvars.ContextVar[tuple[weakref.ref[Any], ...]] = contextvars.Contex
 
 def _others(session: Any) -> tuple[weakref.ref[Any], ...]:
     return tuple(r for r in _open.get() if r() is not None and r() is not session)
+
+
 _installed = False
 
 
@@ -112,9 +114,7 @@ def _hook() -> after_commit.Deferrer | None:
         session = ref()
         if session is not None and _holding(session):
             tx = session.get_nested_transaction() or session.get_transaction()
-            pending: dict[Any, list[after_commit.Callback]] = session.info.setdefault(
-                _PENDING, {}
-            )
+            pending: dict[Any, list[after_commit.Callback]] = session.info.setdefault(_PENDING, {})
             return pending.setdefault(tx, []).append
     return None
 

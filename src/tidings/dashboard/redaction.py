@@ -22,7 +22,6 @@ SECRET_KEYS = re.compile(
 )
 
 
-
 def app_secrets(app: Any) -> list[str]:
     """Secrets of the App's own settings (the signing key, transport passwords)."""
     s = app.settings

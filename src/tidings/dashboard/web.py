@@ -296,8 +296,8 @@ def create_app(app: Any, *, auth: Auth | None = None) -> Starlette:
 class PrefixDispatcher:
     """Serve the dashboard under ``prefix`` beside another ASGI app (e.g. Django's)::
 
-        application = PrefixDispatcher(create_app(tidings_app), get_asgi_application(),
-                                        prefix="/tidings")
+    application = PrefixDispatcher(create_app(tidings_app), get_asgi_application(),
+                                    prefix="/tidings")
     """
 
     def __init__(self, dashboard: ASGIApp, other: ASGIApp, prefix: str = "/tidings") -> None:

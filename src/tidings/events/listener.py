@@ -29,15 +29,13 @@ import types
 import typing
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from tidings.errors import ConfigurationError
 
-if TYPE_CHECKING:
-    from tidings.events.dispatcher import Dispatcher
-
 __all__ = [
     "Event",
+    "EventBus",
     "Listener",
     "QueuedFunction",
     "ShouldQueue",
@@ -160,10 +158,19 @@ class Event:
 # Lives here, beside Event.dispatch(), so this module needs nothing from dispatcher.py
 # at run time; tidings.events.dispatcher re-exports both functions.
 
-_provider: Callable[[], Dispatcher] | None = None
+
+class EventBus(Protocol):
+    """What :meth:`Event.dispatch` needs of the current app's dispatcher (a
+    :class:`~tidings.events.dispatcher.Dispatcher`, or a test's fake)."""
+
+    def dispatch(self, event: object) -> list[Any]: ...
+    async def dispatch_async(self, event: object) -> list[Any]: ...
 
 
-def set_current_dispatcher_provider(provider: Callable[[], Dispatcher] | None) -> None:
+_provider: Callable[[], EventBus] | None = None
+
+
+def set_current_dispatcher_provider(provider: Callable[[], EventBus] | None) -> None:
     """Install the function that returns the current app's dispatcher.
 
     The App installs it. It should read ``app.events`` on every call rather than
@@ -174,7 +181,7 @@ def set_current_dispatcher_provider(provider: Callable[[], Dispatcher] | None) -
     _provider = provider
 
 
-def current_dispatcher() -> Dispatcher:
+def current_dispatcher() -> EventBus:
     """Return the current app's dispatcher.
 
     Raises:

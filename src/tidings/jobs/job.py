@@ -15,16 +15,34 @@ import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from tidings import _clock, _current
 
 Delay = float | int | dt.timedelta | dt.datetime
 
 
+class BatchHandle(Protocol):
+    """What ``self.batch`` gives a job of a batch (a
+    :class:`~tidings.workflows.batch.BatchRef`, bound to the run by the workflows)."""
+
+    id: str
+
+    def fetch(self) -> Any: ...
+    def cancel(self) -> bool: ...
+    def add(self, jobs: Any) -> list[str]: ...
+    async def add_async(self, jobs: Any) -> list[str]: ...
+    @property
+    def cancelled(self) -> bool: ...
+
+
 @dataclass(slots=True)
 class JobRun:
-    """What the worker knows about the run in progress."""
+    """What the worker knows about the run in progress.
+
+    ``body`` is the job's decoded envelope body (a :class:`~tidings.wire.envelope.JobBody`);
+    ``batch`` is bound by :meth:`tidings.workflows.hooks.WorkflowHooks.layers` for a job of a
+    batch or a batch's callback."""
 
     job_id: str
     queue: str
@@ -33,6 +51,7 @@ class JobRun:
     failed_exc: BaseException | None = None
     body: Any = None
     uncount: bool = False
+    batch: BatchHandle | None = None
 
 
 _ASYNC_HANDLE: dict[type, bool] = {}
@@ -149,17 +168,11 @@ class Job:
         return run.job_id if run else None
 
     @property
-    def batch(self) -> Any:
+    def batch(self) -> BatchHandle | None:
         """The batch of the job being run (a :class:`~tidings.workflows.batch.BatchRef`:
         ``.id``, ``.add(jobs)``, ``.cancel()``, ``.fetch()``), or None."""
         run = _run.get()
-        body = run.body if run is not None and isinstance(run.body, dict) else None
-        batch_id = body and (body.get("batch") or body.get("batchCallback"))
-        if not batch_id:
-            return None
-        from tidings.workflows.batch import BatchRef
-
-        return BatchRef(str(batch_id))
+        return run.batch if run is not None else None
 
     def release(self, delay: Delay = 0) -> None:
         """Put the job back on its queue after ``handle`` returns (counts as an attempt)."""

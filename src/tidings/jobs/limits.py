@@ -22,14 +22,9 @@ from typing import Any
 from tidings import _current
 from tidings.jobs.job import Job, current_run
 from tidings.jobs.middleware import release_uncounted
+from tidings.redis import scripts
 from tidings.redis.keys import limit_key
-from tidings.redis.scripts import LuaScript
 from tidings.wire import serializer
-
-RATE_LIMIT = LuaScript("rate_limit")
-LOCK = LuaScript("lock")
-UNLOCK = LuaScript("unlock")
-THROTTLE = LuaScript("throttle")
 
 Next = Callable[[], Awaitable[Any]]
 
@@ -81,7 +76,7 @@ class RateLimited:
         """Take a slot and run, or release the job until one frees up."""
         client, prefix = _client_and_prefix()
         key = limit_key(prefix, "limit", self.key)
-        wait_us = int(await RATE_LIMIT.acall(client, [key], [self.interval_us, self.burst]))
+        wait_us = int(await scripts.RATE_LIMIT.acall(client, [key], [self.interval_us, self.burst]))
         if wait_us > 0:
             # Spread the waiters over a few slots so they do not all come back at once.
             spread = random.uniform(0, 4 * self.interval_us)
@@ -119,7 +114,7 @@ class WithoutOverlapping:
         key = limit_key(prefix, "overlap", self.key or _job_key(job))
         run = current_run()
         owner = run.job_id if run is not None else f"local-{id(job)}"
-        got = int(await LOCK.acall(client, [key], [owner, int(self.expire_after * 1000)]))
+        got = int(await scripts.LOCK.acall(client, [key], [owner, int(self.expire_after * 1000)]))
         if got != 1:
             if self.release_after is not None:
                 release_uncounted(self.release_after)
@@ -127,7 +122,7 @@ class WithoutOverlapping:
         try:
             return await nxt()
         finally:
-            await UNLOCK.acall(client, [key], [owner])
+            await scripts.UNLOCK.acall(client, [key], [owner])
 
 
 class ThrottlesExceptions:
@@ -153,16 +148,18 @@ class ThrottlesExceptions:
         client, prefix = _client_and_prefix()
         key = limit_key(prefix, "throttle", self.key or _job_key(job))
         decay_ms = int(self.decay_s * 1000)
-        wait_ms = int(await THROTTLE.acall(client, [key], ["check", self.max_exceptions, decay_ms]))
+        wait_ms = int(
+            await scripts.THROTTLE.acall(client, [key], ["check", self.max_exceptions, decay_ms])
+        )
         if wait_ms > 0:
             release_uncounted(wait_ms / 1000.0)
             return None
         try:
             out = await nxt()
         except Exception:
-            await THROTTLE.acall(client, [key], ["hit", self.max_exceptions, decay_ms])
+            await scripts.THROTTLE.acall(client, [key], ["hit", self.max_exceptions, decay_ms])
             raise
-        await THROTTLE.acall(client, [key], ["clear", self.max_exceptions, decay_ms])
+        await scripts.THROTTLE.acall(client, [key], ["clear", self.max_exceptions, decay_ms])
         return out
 
 

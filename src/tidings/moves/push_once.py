@@ -11,10 +11,10 @@ any lease, and refuses an id whose body is still queued.
 from __future__ import annotations
 
 from tidings.moves.queues import RedisQueue
+from tidings.redis import scripts
 from tidings.redis.keys import once_key
-from tidings.redis.scripts import Arg, LuaScript
+from tidings.redis.scripts import Arg
 
-PUSH_ONCE = LuaScript("push_once")
 ONCE_KEEP_S = 7 * 24 * 3600.0
 
 
@@ -32,7 +32,7 @@ def push_once(
 ) -> bool:
     """Push ``job_id`` unless it was pushed before; True when pushed now."""
     keys, args = _call(rq, queue, job_id, envelope, delay_s)
-    return bool(PUSH_ONCE.call(rq.client, keys, args))
+    return bool(scripts.PUSH_ONCE.call(rq.client, keys, args))
 
 
 async def push_once_async(
@@ -40,4 +40,4 @@ async def push_once_async(
 ) -> bool:
     """Async twin of :func:`push_once`."""
     keys, args = _call(rq, queue, job_id, envelope, delay_s)
-    return bool(await PUSH_ONCE.acall(rq.aclient(), keys, args))
+    return bool(await scripts.PUSH_ONCE.acall(rq.aclient(), keys, args))

@@ -10,10 +10,10 @@ import contextlib
 import logging
 import math
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 import redis
@@ -30,6 +30,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tidings.errors import QueueUnavailable
+from tidings.moves.batch_members import reopen_failed_members
 from tidings.redis import scripts
 from tidings.redis.clients import async_client, sync_client
 from tidings.redis.errors import REDIS_ERRORS, is_transient, is_wrong_type
@@ -81,28 +82,33 @@ def _translate(exc: BaseException, what: str) -> QueueUnavailable | BaseExceptio
     return exc
 
 
+_GUARDED = (*_UNAVAILABLE, ResponseError)
+
+
+def _raise_translated(exc: BaseException, what: str) -> NoReturn:
+    """Raise ``exc`` as :func:`_translate` has it: ``QueueUnavailable`` or itself."""
+    translated = _translate(exc, what)
+    if translated is exc:
+        raise exc
+    raise translated from exc
+
+
 @contextmanager
 def _guard(what: str) -> Iterator[None]:
     """Turn a transient Redis error inside the block into ``QueueUnavailable``."""
     try:
         yield
-    except (*_UNAVAILABLE, ResponseError) as exc:
-        translated = _translate(exc, what)
-        if translated is exc:
-            raise
-        raise translated from exc
+    except _GUARDED as exc:
+        _raise_translated(exc, what)
 
 
 @asynccontextmanager
-async def _aguard(what: str) -> Any:
+async def _aguard(what: str) -> AsyncIterator[None]:
     """Async twin of :func:`_guard`."""
     try:
         yield
-    except (*_UNAVAILABLE, ResponseError) as exc:
-        translated = _translate(exc, what)
-        if translated is exc:
-            raise
-        raise translated from exc
+    except _GUARDED as exc:
+        _raise_translated(exc, what)
 
 
 unavailable_guard = _guard
@@ -142,6 +148,17 @@ class _Plain:
         pass
 
 
+def _pair_commands(
+    script: scripts.LuaScript, keys: list[str], args: list[scripts.Arg], wait: list[int]
+) -> list[tuple[scripts.Arg, ...]]:
+    """A confirmed push's two commands: the script by SHA, then ``WAIT``."""
+    return [("EVALSHA", script.sha, len(keys), *keys, *args), ("WAIT", *wait)]
+
+
+def _still_unknown(script: scripts.LuaScript) -> NoScriptError:
+    return NoScriptError(f"{script.name}: loaded, and still unknown to the server")
+
+
 def _replies(raw: list[Any]) -> tuple[Any, Any] | None:
     """The (script, ``WAIT``) replies of a confirmed push; None when the server must load
     the script first. An error is raised as Redis sent it: redis-py's pipeline error
@@ -165,13 +182,13 @@ def _pipelined(
     client of the server holding ``keys``); returns both replies."""
     for _ in (0, 1):
         pipe = target.pipeline(transaction=False)
-        pipe.evalsha(script.sha, len(keys), *keys, *args)
-        pipe.execute_command("WAIT", *wait)
+        for command in _pair_commands(script, keys, args, wait):
+            pipe.execute_command(*command)
         replies = _replies(pipe.execute(raise_on_error=False))
         if replies is not None:
             return replies
         target.script_load(script.source)  # then again: every push is safe to re-run
-    raise NoScriptError(f"{script.name}: loaded, and still unknown to the server")
+    raise _still_unknown(script)
 
 
 async def _apipelined(
@@ -184,13 +201,13 @@ async def _apipelined(
     """Async twin of :func:`_pipelined`."""
     for _ in (0, 1):
         pipe = target.pipeline(transaction=False)
-        pipe.evalsha(script.sha, len(keys), *keys, *args)
-        pipe.execute_command("WAIT", *wait)
+        for command in _pair_commands(script, keys, args, wait):
+            pipe.execute_command(*command)
         replies = _replies(await pipe.execute(raise_on_error=False))
         if replies is not None:
             return replies
         await target.script_load(script.source)
-    raise NoScriptError(f"{script.name}: loaded, and still unknown to the server")
+    raise _still_unknown(script)
 
 
 _MOVED_OR_GONE = (AskError, RedisConnectionError, RedisTimeoutError, ClusterDownError, OSError)
@@ -256,7 +273,7 @@ async def _acluster_attempt(
         try:
             if not conn.is_connected:
                 await conn.connect()
-            commands = [("EVALSHA", script.sha, len(keys), *keys, *args), ("WAIT", *wait)]
+            commands = _pair_commands(script, keys, args, wait)
             await conn.send_packed_command(conn.pack_commands(commands))
             for _ in commands:
                 try:
@@ -272,7 +289,7 @@ async def _acluster_attempt(
         if pair is not None:
             return pair
         await client.script_load(script.source)
-    raise NoScriptError(f"{script.name}: loaded, and still unknown to the server")
+    raise _still_unknown(script)
 
 
 class RedisQueue:
@@ -330,12 +347,28 @@ class RedisQueue:
 
     # -- producing -------------------------------------------------------------------
 
-    @staticmethod
-    def _push_args(items: Sequence[tuple[str, bytes]]) -> list[scripts.Arg]:
+    def _push_move(
+        self, queue: str, items: Sequence[tuple[str, bytes]], delay_s: float
+    ) -> tuple[scripts.LuaScript, list[str], list[scripts.Arg]]:
+        """The script, keys and arguments of a push (``later`` when delayed)."""
+        k = self.keys(queue)
         args: list[scripts.Arg] = []
         for job_id, envelope in items:
             args += (job_id, envelope)
-        return args
+        if delay_s > 0:
+            return (
+                scripts.LATER,
+                [k.delayed, k.notify, k.jobs, k.done, k.failed],
+                [
+                    int(delay_s * 1000),
+                    *args,
+                ],
+            )
+        return scripts.PUSH, [k.ready, k.notify, k.jobs, k.done, k.failed], args
+
+    def _wait(self) -> list[int]:
+        """The arguments of a confirmed push's ``WAIT``."""
+        return [self.confirm_replicas, self.confirm_timeout_ms]
 
     def push(self, queue: str, items: Sequence[tuple[str, bytes]], delay_s: float = 0.0) -> None:
         """Push ``(id, envelope)`` items in one round trip.
@@ -343,20 +376,9 @@ class RedisQueue:
         Raises:
             QueueUnavailable: Redis could not be reached; nothing was written.
         """
-        k = self.keys(queue)
+        script, keys, args = self._push_move(queue, items, delay_s)
         with _guard(f"push to {queue!r}"):
-            if delay_s > 0:
-                args = [int(delay_s * 1000), *self._push_args(items)]
-                self.produce(
-                    queue, scripts.LATER, [k.delayed, k.notify, k.jobs, k.done, k.failed], args
-                )
-            else:
-                self.produce(
-                    queue,
-                    scripts.PUSH,
-                    [k.ready, k.notify, k.jobs, k.done, k.failed],
-                    self._push_args(items),
-                )
+            self.produce(queue, script, keys, args)
 
     def produce(
         self, queue: str, script: scripts.LuaScript, keys: list[str], args: list[scripts.Arg]
@@ -370,7 +392,7 @@ class RedisQueue:
         """
         if not self.confirm_replicas:
             return self._lane().call(script, keys, args)
-        wait = [self.confirm_replicas, self.confirm_timeout_ms]
+        wait = self._wait()
         lane = self._lane()
         if isinstance(lane, FastLane):
             reply = lane.call(script, keys, args)
@@ -391,7 +413,7 @@ class RedisQueue:
         client: Any = self.aclient()
         if not self.confirm_replicas:
             return await script.acall(client, keys, args)
-        wait = [self.confirm_replicas, self.confirm_timeout_ms]
+        wait = self._wait()
         if isinstance(client, AsyncRedisCluster):
             reply, acked = await _acluster_pair(client, script, keys, args, wait)
         else:
@@ -424,20 +446,9 @@ class RedisQueue:
         self, queue: str, items: Sequence[tuple[str, bytes]], delay_s: float = 0.0
     ) -> None:
         """Async twin of :meth:`push`."""
-        k = self.keys(queue)
+        script, keys, args = self._push_move(queue, items, delay_s)
         async with _aguard(f"push to {queue!r}"):
-            if delay_s > 0:
-                args = [int(delay_s * 1000), *self._push_args(items)]
-                await self.aproduce(
-                    queue, scripts.LATER, [k.delayed, k.notify, k.jobs, k.done, k.failed], args
-                )
-            else:
-                await self.aproduce(
-                    queue,
-                    scripts.PUSH,
-                    [k.ready, k.notify, k.jobs, k.done, k.failed],
-                    self._push_args(items),
-                )
+            await self.aproduce(queue, script, keys, args)
 
     def wait_replicas(self, queue: str, replicas: int = 1, timeout_ms: int = 100) -> int:
         """Block until ``replicas`` replicas of the primary holding ``queue`` have every
@@ -643,8 +654,6 @@ class RedisQueue:
     def _reopen_batch_members(self, k: QueueKeys, ids: list[str]) -> None:
         """Batch members among ``ids`` are counted pending again before they move (else
         the batch gate would skip them as counted already; see ``batch_retry.lua``)."""
-        from tidings.workflows.batch_admin import reopen_failed_members
-
         if ids:
             envelopes: Any = self.client.hmget(k.failed_body, ids)
             reopen_failed_members(self.client, self.prefix, ids, list(envelopes))

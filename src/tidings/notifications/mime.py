@@ -37,7 +37,7 @@ from email.message import EmailMessage
 from email.policy import SMTP as SMTP_POLICY
 from email.policy import default as default_policy
 from email.utils import format_datetime, formataddr
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tidings import _clock
 from tidings.errors import ValidationError
@@ -52,8 +52,29 @@ from tidings.notifications.validation import (
 #: Most bytes of content (bodies and attachments, before base64) in one mail.
 MAX_MESSAGE_BYTES = 30 * 1024 * 1024
 
-if TYPE_CHECKING:
-    from tidings.notifications.messages import Attachment, RenderedMail
+
+class MailParts(Protocol):
+    """What :func:`build_email` reads of a rendered mail
+    (:class:`~tidings.notifications.messages.RenderedMail`)."""
+
+    @property
+    def subject(self) -> str: ...
+    @property
+    def html(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+
+
+class MailAttachment(Protocol):
+    """What :func:`build_email` reads of an attachment
+    (:class:`~tidings.notifications.messages.Attachment`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def mime(self) -> str: ...
+    def data(self) -> bytes: ...
+
 
 __all__ = [
     "POLICY",
@@ -221,7 +242,7 @@ def _multipart(
 
 
 def build_email(
-    rendered: RenderedMail,
+    rendered: MailParts,
     *,
     to: str | Iterable[str],
     mail_from: str,
@@ -230,7 +251,7 @@ def build_email(
     bcc: Iterable[str] = (),
     reply_to: Iterable[str] = (),
     tags: Iterable[str] = (),
-    attachments: Iterable[Attachment] = (),
+    attachments: Iterable[MailAttachment] = (),
 ) -> EmailMessage:
     """Assemble a multipart/alternative (text + HTML) email, with attachments if any.
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tidings.events.listener import ShouldQueue
+from tidings.hosts import AppHost
 from tidings.jobs.job import PendingDispatch, delay_seconds
 from tidings.notifications.channels.manager import ChannelManager
 from tidings.notifications.events import NotificationFailed, NotificationSending, NotificationSent
@@ -44,7 +45,7 @@ def _as_list(notifiables: Any) -> list[Any]:
 class NotificationSender:
     """Sends and queues notifications for one App."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: AppHost) -> None:
         self.app = app
         self.channels = ChannelManager(app)
 
@@ -142,9 +143,7 @@ class NotificationSender:
                 attrs = {"tidings.channel": channel, "tidings.delivery_id": delivery,
                          "tidings.notification": type(notification).__name__}  # fmt: skip
                 with tracing.span(f"notify {channel}", attrs, kind="CLIENT"):
-                    response = await self.channels.send(
-                        channel, notifiable, notification, delivery
-                    )
+                    response = await self.channels.send(channel, notifiable, notification, delivery)
             else:
                 response = await self.channels.send(channel, notifiable, notification, delivery)
         except Exception as exc:

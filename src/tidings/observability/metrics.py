@@ -32,6 +32,7 @@ A worker heartbeat is written in the same pipeline with a TTL of
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import contextlib
 import logging
@@ -53,6 +54,8 @@ from tidings.observability.lifecycle import (
     JobReleased,
     ReservationLost,
 )
+from tidings.observability.process import rss_mb
+from tidings.redis.errors import REDIS_ERRORS, reraise_cancel
 
 log = logging.getLogger("tidings.observability.metrics")
 
@@ -236,17 +239,6 @@ class JobStatus(str):
         s.runtime_s = timing.runtime_s if timing else None
         s.outcome = timing.outcome if timing else None
         return s
-
-
-def rss_mb() -> float:
-    """This process's resident memory in MB."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
-    except OSError:  # pragma: no cover - non-Linux
-        import resource
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,10 +441,6 @@ class Meter:
 
     async def run(self) -> None:
         """The flushing task of a worker: once a second until cancelled."""
-        import asyncio
-
-        from tidings.redis.errors import REDIS_ERRORS, reraise_cancel
-
         while self.worker is None or not self.worker.snapshot().stopping:
             await asyncio.sleep(FLUSH_EVERY_S)  # close() flushes the rest
             client = self.worker.client if self.worker is not None else None
@@ -565,9 +553,7 @@ def series(
 
 def _replies(pipe: Any) -> list[Any]:
     """A pipeline's replies, with an error reply (a key of the wrong type) as empty."""
-    return [
-        {} if isinstance(r, Exception) else r for r in pipe.execute(raise_on_error=False)
-    ]
+    return [{} if isinstance(r, Exception) else r for r in pipe.execute(raise_on_error=False)]
 
 
 def summed(points: Iterable[tuple[int, Counts]]) -> Counts:

@@ -18,6 +18,8 @@ command), ``NOPERM``, ``WRONGTYPE``, a script error.
 
 from __future__ import annotations
 
+import asyncio
+
 from redis.exceptions import (
     AskError,
     ClusterDownError,
@@ -90,7 +92,6 @@ def reraise_cancel() -> None:
     redis-py's asyncio client may answer a cancellation in the middle of a command with
     a ConnectionError; a loop that retries those would swallow the cancel and never end.
     """
-    import asyncio
 
     task = asyncio.current_task()
     if task is not None and task.cancelling():

@@ -1,4 +1,8 @@
-"""The Lua scripts, one per atomic move, loaded from ``lua/*.lua``.
+"""The one registry of Lua scripts: every atomic move, each loaded once from ``lua/*.lua``.
+
+Every module takes its scripts from here (``scripts.POP``, ``scripts.LOCK``): a script
+is declared once, so its file is read and hashed once per process, and the list below is
+the state machine at a glance. Each ``.lua`` file opens with its KEYS/ARGV and reply.
 
 Each script is sent by SHA (``EVALSHA``) and falls back to ``EVAL`` when the server does
 not know it (a fresh or restarted Redis), which also caches it again.
@@ -40,13 +44,46 @@ class LuaScript:
             return await client.eval(self.source, len(keys), *keys, *args)
 
 
-PUSH = LuaScript("push")
-LATER = LuaScript("later")
-POP = LuaScript("pop")
-ACK = LuaScript("ack")
-RELEASE = LuaScript("release")
-FAIL = LuaScript("fail")
-RETRY = LuaScript("retry")
-EXTEND = LuaScript("extend")
-FORGET = LuaScript("forget")
-CLEAR = LuaScript("clear")
+_REGISTRY: dict[str, LuaScript] = {}
+
+
+def _declare(name: str) -> LuaScript:
+    if name in _REGISTRY:
+        raise RuntimeError(f"Lua script {name!r} declared twice")
+    script = _REGISTRY[name] = LuaScript(name)
+    return script
+
+
+def registered() -> dict[str, LuaScript]:
+    """Every declared script by name (tests check it against ``lua/``)."""
+    return dict(_REGISTRY)
+
+
+# -- a job's life on its queue (tidings.moves) --------------------------------------------
+PUSH = _declare("push")
+LATER = _declare("later")
+PUSH_ONCE = _declare("push_once")
+POP = _declare("pop")
+ACK = _declare("ack")
+RELEASE = _declare("release")
+FAIL = _declare("fail")
+EXTEND = _declare("extend")
+# -- the operator's commands on a queue and its failed store (tidings.moves.queues) ------
+RETRY = _declare("retry")
+FORGET = _declare("forget")
+CLEAR = _declare("clear")
+# -- limits: rate limits, overlap locks and exception throttling (tidings.jobs.limits);
+#    LOCK/UNLOCK also hold a schedule's lease and a unique job's lock ---------------------
+RATE_LIMIT = _declare("rate_limit")
+LOCK = _declare("lock")
+UNLOCK = _declare("unlock")
+THROTTLE = _declare("throttle")
+# -- unique and debounced jobs (tidings.workflows.unique) ---------------------------------
+UNIQUE_PUSH = _declare("unique_push")
+DEBOUNCE_PUSH = _declare("debounce_push")
+# -- batches (tidings.workflows.batch, batch_admin) ---------------------------------------
+BATCH_CREATE = _declare("batch_create")
+BATCH_ADD = _declare("batch_add")
+BATCH_RECORD = _declare("batch_record")
+BATCH_CANCEL = _declare("batch_cancel")
+BATCH_RETRY = _declare("batch_retry")

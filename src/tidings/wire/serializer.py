@@ -92,6 +92,8 @@ def _extension_for(cls: type[Any]) -> Extension | None:
         found = next((e for e in _EXTENSIONS.values() if e.claims(cls)), None)
         _CLAIMED[cls] = found
         return found
+
+
 _MAX_SAFE_INT = 2**53
 
 

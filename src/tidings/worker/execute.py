@@ -32,6 +32,7 @@ from tidings.errors import (
     ModelNotFound,
     PayloadRejected,
     SerializationError,
+    TidingsError,
 )
 from tidings.jobs.backoff import delay_for
 from tidings.jobs.job import Job, JobRun, _run, running
@@ -222,7 +223,8 @@ class Executor:
     ) -> Outcome:
         """Retry with backoff while tries are left; else fail."""
         exceptions = res.exceptions + 1
-        retry = not getattr(exc, "permanent", False)
+        known = exc if isinstance(exc, TidingsError) else None
+        retry = not (known is not None and known.permanent)
         until = body["retryUntil"]
         if until is not None:
             retry = retry and _clock.now() < until
@@ -233,7 +235,7 @@ class Executor:
         if not retry:
             return Fail(exc, body, job)
         delay = delay_for(body["backoff"], res.attempts, default_s=self.opts.backoff_s)
-        hinted = getattr(exc, "retry_after_s", None)
+        hinted = known.retry_after_s if known is not None else None
         if hinted:
             delay = max(delay, float(hinted))
         return Retry(body, delay, exc)

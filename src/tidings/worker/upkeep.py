@@ -13,7 +13,7 @@ import redis.asyncio
 from redis.exceptions import ResponseError
 
 from tidings import _clock
-from tidings.observability.metrics import rss_mb
+from tidings.observability.process import rss_mb
 from tidings.redis.errors import REDIS_ERRORS, reraise_cancel
 from tidings.redis.keys import restart_key
 from tidings.worker.health import ServerWatch

@@ -43,12 +43,14 @@ from redis.cluster import RedisCluster
 
 from tidings import _clock, _current
 from tidings.errors import BatchClosed, MaxAttemptsExceeded
+from tidings.hosts import AppHost, WorkflowHost
+from tidings.jobs.compose import build_body, default_delay, new_id
 from tidings.jobs.job import Job, PendingDispatch, current_run, option
 from tidings.moves.push_once import push_once, push_once_async
 from tidings.moves.queues import unavailable_aguard, unavailable_guard
+from tidings.redis import scripts
 from tidings.redis.keys import BatchKeys, batches_key
-from tidings.redis.scripts import Arg, LuaScript
-from tidings.wire.compose import build_body, default_delay, new_id
+from tidings.redis.scripts import Arg
 from tidings.wire.envelope import JobBody, seal
 from tidings.workflows.batch_admin import (
     BatchInfo,
@@ -57,14 +59,10 @@ from tidings.workflows.batch_admin import (
     find_batch,
     list_batches,
     prune_batches,
-    reopen_failed_members,
 )
 
 log = logging.getLogger("tidings.worker")
 
-BATCH_CREATE = LuaScript("batch_create")
-BATCH_ADD = LuaScript("batch_add")
-BATCH_RECORD = LuaScript("batch_record")
 KEEP_IDS_S = 7 * 24 * 3600.0
 """How long the finished/failed id sets of a finished batch are kept (its hash stays)."""
 
@@ -82,7 +80,6 @@ __all__ = [
     "find_batch",
     "list_batches",
     "prune_batches",
-    "reopen_failed_members",
 ]
 
 
@@ -90,7 +87,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _seal_item(app: Any, item: Item, batch_id: str, queue: str | None, job_id: str) -> Pushed:
+def _seal_item(app: AppHost, item: Item, batch_id: str, queue: str | None, job_id: str) -> Pushed:
     pending = item if isinstance(item, PendingDispatch) else PendingDispatch(item)
     job = pending.job
     q = pending.queue or queue or option(job.option_source(), "queue") or "default"
@@ -102,7 +99,9 @@ def _seal_item(app: Any, item: Item, batch_id: str, queue: str | None, job_id: s
     return str(q), job_id, envelope, delay
 
 
-def _callback_fields(app: Any, kind: str, job: Job, batch_id: str, queue: str | None) -> list[Arg]:
+def _callback_fields(
+    app: AppHost, kind: str, job: Job, batch_id: str, queue: str | None
+) -> list[Arg]:
     q = queue or option(job.option_source(), "queue") or "default"
     body = build_body(job, new_id())
     body["batchCallback"] = batch_id
@@ -170,7 +169,7 @@ class PendingBatch:
         self._queue = name
         return self
 
-    def _prepare(self, app: Any) -> tuple[BatchKeys, list[Arg], list[Pushed]]:
+    def _prepare(self, app: AppHost) -> tuple[BatchKeys, list[Arg], list[Pushed]]:
         batch_id = new_id()
         fields: list[Arg] = ["name", self._name, "allow_failures", int(self._allow)]
         for kind, job in self._callbacks.items():
@@ -201,9 +200,9 @@ class PendingBatch:
                 # between leaves an index entry without a batch (skipped, pruned), never a
                 # batch nobody can list.
                 rq.client.zadd(index, {k.id: int(_clock.now() * 1000)}, nx=True)
-                raw = BATCH_CREATE.call(rq.client, [k.info, k.members], args)
+                raw = scripts.BATCH_CREATE.call(rq.client, [k.info, k.members], args)
             else:
-                raw = BATCH_CREATE.call(rq.client, [k.info, k.members, index], args)
+                raw = scripts.BATCH_CREATE.call(rq.client, [k.info, k.members, index], args)
         for (queue, delay), group in _group(items).items():
             rq.push(queue, group, delay)
         for _, queue, envelope in _callbacks(raw):
@@ -220,9 +219,9 @@ class PendingBatch:
             index = batches_key(rq.prefix)
             if _is_cluster(client):
                 await client.zadd(index, {k.id: int(_clock.now() * 1000)}, nx=True)
-                raw = await BATCH_CREATE.acall(client, [k.info, k.members], args)
+                raw = await scripts.BATCH_CREATE.acall(client, [k.info, k.members], args)
             else:
-                raw = await BATCH_CREATE.acall(client, [k.info, k.members, index], args)
+                raw = await scripts.BATCH_CREATE.acall(client, [k.info, k.members, index], args)
         for (queue, delay), group in _group(items).items():
             await rq.push_async(queue, group, delay)
         for _, queue, envelope in _callbacks(raw):
@@ -247,7 +246,7 @@ class BatchRef:
     def __str__(self) -> str:
         return self.id
 
-    def _keys(self, app: Any) -> BatchKeys:
+    def _keys(self, app: AppHost) -> BatchKeys:
         return BatchKeys.build(app.queue_for(None).prefix, self.id)
 
     def fetch(self) -> BatchInfo | None:
@@ -264,7 +263,7 @@ class BatchRef:
         """Cancel the batch: jobs not started yet are skipped. True if cancelled now."""
         return cancel_batch(_current.current(), self.id)
 
-    def _prepare_add(self, app: Any, jobs: Iterable[Item]) -> tuple[list[Arg], list[Pushed]]:
+    def _prepare_add(self, app: AppHost, jobs: Iterable[Item]) -> tuple[list[Arg], list[Pushed]]:
         run = current_run()
         body: dict[str, Any] | None = (
             run.body if run is not None and isinstance(run.body, dict) else None
@@ -299,7 +298,7 @@ class BatchRef:
         rq = app.queue_for(None)
         k = self._keys(app)
         args, items = self._prepare_add(app, jobs)
-        self._check(BATCH_ADD.call(rq.client, [k.info, k.members], args))
+        self._check(scripts.BATCH_ADD.call(rq.client, [k.info, k.members], args))
         for queue, job_id, envelope, delay in items:
             push_once(rq, queue, job_id, envelope, delay)
         return [i[1] for i in items]
@@ -310,7 +309,7 @@ class BatchRef:
         rq = app.queue_for(None)
         k = self._keys(app)
         args, items = self._prepare_add(app, jobs)
-        self._check(await BATCH_ADD.acall(rq.aclient(), [k.info, k.members], args))
+        self._check(await scripts.BATCH_ADD.acall(rq.aclient(), [k.info, k.members], args))
         for queue, job_id, envelope, delay in items:
             await push_once_async(rq, queue, job_id, envelope, delay)
         return [i[1] for i in items]
@@ -319,7 +318,7 @@ class BatchRef:
 # -- the worker's side -------------------------------------------------------------------
 
 
-async def record(app: Any, body: JobBody, outcome: str) -> None:
+async def record(app: WorkflowHost, body: JobBody, outcome: str) -> None:
     """Record a batch job's outcome (``ok`` or ``fail``) and push what it fires."""
     batch_id = body.get("batch")
     if not batch_id:
@@ -328,7 +327,7 @@ async def record(app: Any, body: JobBody, outcome: str) -> None:
     k = BatchKeys.build(rq.prefix, batch_id)
     args: list[Arg] = [body["uuid"], outcome, int(KEEP_IDS_S * 1000)]
     keys = [k.info, k.finished, k.failed, k.retried]
-    raw = await BATCH_RECORD.acall(rq.aclient(), keys, args)
+    raw = await scripts.BATCH_RECORD.acall(rq.aclient(), keys, args)
     for kind, queue, envelope in _callbacks(raw):
         try:
             callback_id = _envelope_id(envelope)
@@ -351,7 +350,7 @@ class BatchGate:
     A failed job sent back by ``failed retry`` always runs (see ``lua/batch_retry.lua``):
     it is in the batch's ``retried`` set until its new outcome is recorded."""
 
-    def __init__(self, app: Any, batch_id: str, job_id: str) -> None:
+    def __init__(self, app: WorkflowHost, batch_id: str, job_id: str) -> None:
         self.app = app
         self.batch_id = batch_id
         self.job_id = job_id

@@ -9,15 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import redis
 
+from tidings.hosts import AppHost
+from tidings.redis import scripts
 from tidings.redis.keys import BatchKeys, batches_key
-from tidings.redis.scripts import LuaScript
-
-BATCH_CANCEL = LuaScript("batch_cancel")
-BATCH_RETRY = LuaScript("batch_retry")
-RETRIED_KEEP_MS = 7 * 24 * 3600 * 1000
 
 
 def _text(value: Any) -> str:
@@ -103,59 +99,28 @@ class BatchInfo:
         )
 
 
-def find_batch(app: Any, batch_id: str) -> BatchInfo | None:
+def find_batch(app: AppHost, batch_id: str) -> BatchInfo | None:
     """The batch ``batch_id``, or None when there is none (never was, or pruned)."""
     rq = app.queue_for(None)
     raw: Any = rq.client.hgetall(BatchKeys.build(rq.prefix, batch_id).info)
     return BatchInfo.from_hash(batch_id, raw) if raw else None
 
 
-def failed_job_ids(app: Any, batch_id: str) -> list[str]:
+def failed_job_ids(app: AppHost, batch_id: str) -> list[str]:
     """Ids of the batch's jobs that finally failed (kept a week after it finished)."""
     rq = app.queue_for(None)
     raw: Any = rq.client.smembers(BatchKeys.build(rq.prefix, batch_id).failed)
     return sorted(_text(r) for r in raw)
 
 
-def cancel_batch(app: Any, batch_id: str) -> bool:
+def cancel_batch(app: AppHost, batch_id: str) -> bool:
     """Cancel a batch; True when it was cancelled now (False: finished, cancelled or gone)."""
     rq = app.queue_for(None)
     k = BatchKeys.build(rq.prefix, batch_id)
-    return int(BATCH_CANCEL.call(rq.client, [k.info], [])) == 1
+    return int(scripts.BATCH_CANCEL.call(rq.client, [k.info], [])) == 1
 
 
-def _batch_of(envelope: Any) -> str | None:
-    """The batch id in an envelope's body (read only: the worker verifies the signature)."""
-    try:
-        body = orjson.loads(envelope)["body"]
-        batch_id = body.get("batch") if isinstance(body, dict) else None
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        return None
-    return batch_id if isinstance(batch_id, str) and batch_id else None
-
-
-def reopen_failed_members(
-    client: redis.Redis, prefix: str, ids: list[str], envelopes: list[Any]
-) -> int:
-    """Before ``failed retry`` sends failed jobs back: count each batch member among them
-    as pending again, so that it runs (the batch gate lets it through) and its new
-    outcome is counted (see ``lua/batch_retry.lua``). Returns how many were reopened.
-
-    Runs before the move, and is safe to run twice: a crash in between leaves the job in
-    the failed store with its batch waiting for it, and retrying again moves it.
-    """
-    n = 0
-    for job_id, envelope in zip(ids, envelopes, strict=True):
-        batch_id = _batch_of(envelope) if envelope else None
-        if batch_id is None:
-            continue
-        k = BatchKeys.build(prefix, batch_id)
-        keys = [k.info, k.finished, k.failed, k.retried]
-        n += int(BATCH_RETRY.call(client, keys, [job_id, RETRIED_KEEP_MS])) > 0
-    return n
-
-
-def list_batches(app: Any, limit: int = 50) -> list[BatchInfo]:
+def list_batches(app: AppHost, limit: int = 50) -> list[BatchInfo]:
     """The most recent batches, newest first."""
     rq = app.queue_for(None)
     ids: Any = rq.client.zrevrange(batches_key(rq.prefix), 0, max(0, limit - 1))
@@ -167,7 +132,7 @@ def list_batches(app: Any, limit: int = 50) -> list[BatchInfo]:
     return out
 
 
-def prune_batches(app: Any, older_than_s: float, *, unfinished: bool = False) -> int:
+def prune_batches(app: AppHost, older_than_s: float, *, unfinished: bool = False) -> int:
     """Delete batches finished more than ``older_than_s`` ago (and, with ``unfinished``,
     unfinished ones created that long ago); returns how many were deleted."""
     rq = app.queue_for(None)

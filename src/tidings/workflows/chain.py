@@ -30,9 +30,12 @@ from typing import Any
 
 from tidings import _current
 from tidings.errors import ConfigurationError, PayloadRejected
+from tidings.events.call_queued import CallQueuedListener
+from tidings.events.listener import QueuedFunction, _import_path
+from tidings.hosts import WorkflowHost
+from tidings.jobs.compose import build_body, default_delay, new_id
 from tidings.jobs.job import Job, PendingDispatch, option
 from tidings.moves.push_once import push_once_async
-from tidings.wire.compose import build_body, default_delay, new_id
 from tidings.wire.envelope import JobBody, seal
 
 
@@ -68,9 +71,6 @@ class CallFunction(Job):
 
 def _catch_job(callback: Job | Callable[..., Any]) -> Job:
     """The job a chain's ``catch`` pushes: the job itself, or one calling the function."""
-    from tidings.events.call_queued import CallQueuedListener
-    from tidings.events.listener import QueuedFunction, _import_path
-
     if isinstance(callback, Job):
         return callback
     if isinstance(callback, QueuedFunction):
@@ -143,7 +143,7 @@ def chain(*jobs: Job) -> Chain:
     return Chain(list(jobs))
 
 
-async def push_next(app: Any, body: JobBody, queue: str) -> None:
+async def push_next(app: WorkflowHost, body: JobBody, queue: str) -> None:
     """Push the next link of ``body``'s chain (called before the ack)."""
     chain_rest = body["chain"]
     if not chain_rest:
@@ -158,7 +158,7 @@ async def push_next(app: Any, body: JobBody, queue: str) -> None:
     await push_once_async(rq, nxt["queue"], nbody["uuid"], envelope, delay)
 
 
-async def push_catch(app: Any, body: JobBody) -> None:
+async def push_catch(app: WorkflowHost, body: JobBody) -> None:
     """Push the chain's catch callback after a link finally failed."""
     catch = body.get("chainCatch")
     if not catch:

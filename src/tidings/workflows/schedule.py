@@ -56,16 +56,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 from croniter import croniter
 
+from tidings.hosts import AppHost
+from tidings.jobs.compose import build_body
 from tidings.jobs.job import Job, option
 from tidings.moves.push_once import push_once_async
+from tidings.redis import scripts
 from tidings.redis.keys import schedule_lease_key
-from tidings.redis.scripts import LuaScript
-from tidings.wire.compose import build_body
 from tidings.wire.envelope import seal
 
 log = logging.getLogger("tidings.schedule")
-LOCK = LuaScript("lock")
-UNLOCK = LuaScript("unlock")
 MAX_CATCHUP = 10
 
 
@@ -174,7 +173,7 @@ class Scheduler:
         catchup_s: the oldest missed tick a new leader still dispatches.
     """
 
-    def __init__(self, app: Any, *, lease_s: float = 10.0, catchup_s: float = 600.0) -> None:
+    def __init__(self, app: AppHost, *, lease_s: float = 10.0, catchup_s: float = 600.0) -> None:
         self.app = app
         self.schedules: list[Schedule] = list(app.schedules)
         self.lease_s = float(getattr(app, "schedule_lease_s", lease_s))
@@ -202,10 +201,10 @@ class Scheduler:
         finally:
             if self.leading:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(UNLOCK.acall(client, [lease], [self.token]), 1.0)
+                    await asyncio.wait_for(scripts.UNLOCK.acall(client, [lease], [self.token]), 1.0)
 
     async def _step(self, client: Any, lease: str, last_key: str) -> float:
-        got = await LOCK.acall(client, [lease], [self.token, int(self.lease_s * 1000)])
+        got = await scripts.LOCK.acall(client, [lease], [self.token, int(self.lease_s * 1000)])
         leading = int(got) == 1
         if leading != self.leading:
             log.info("scheduler: %s the lease", "took" if leading else "lost")

@@ -38,18 +38,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tidings.hosts import AppHost, WorkflowHost
+from tidings.jobs.compose import build_body, default_delay, new_id
 from tidings.jobs.job import Job, PendingDispatch, option
 from tidings.moves.queues import RedisQueue, unavailable_aguard, unavailable_guard
 from tidings.observability.lifecycle import JobQueued
+from tidings.redis import scripts
 from tidings.redis.keys import debounce_key, unique_key
 from tidings.redis.scripts import Arg, LuaScript
 from tidings.wire import serializer
-from tidings.wire.compose import build_body, default_delay, new_id
 from tidings.wire.envelope import seal
-
-UNIQUE_PUSH = LuaScript("unique_push")
-DEBOUNCE_PUSH = LuaScript("debounce_push")
-UNLOCK = LuaScript("unlock")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +100,7 @@ class _Prepared:
     args: list[Arg]
 
 
-def _prepare(app: Any, pending: PendingDispatch, guard: Guard) -> _Prepared:
+def _prepare(app: AppHost, pending: PendingDispatch, guard: Guard) -> _Prepared:
     job = pending.job
     src = job.option_source()
     queue = str(pending.queue or option(src, "queue") or "default")
@@ -117,7 +115,7 @@ def _prepare(app: Any, pending: PendingDispatch, guard: Guard) -> _Prepared:
             body["uniqueConnection"] = conn  # the worker unlocks there
     envelope = seal(body, app.signer, max_bytes=app.max_payload_bytes, queue=queue)
     rq: RedisQueue = app.queue_for(conn)
-    app._queues_used.add(queue)  # job_status looks there
+    app.note_queue(queue)
     k = rq.keys(queue)
     if guard.kind == "debounce":
         keys = [k.delayed, k.notify, k.jobs, k.attempts, debounce_key(rq.prefix, queue, guard.name)]
@@ -127,21 +125,21 @@ def _prepare(app: Any, pending: PendingDispatch, guard: Guard) -> _Prepared:
             int(guard.window_s * 1000),
             int(guard.max_wait_s * 1000),
         ]
-        return _Prepared(rq, queue, job_id, envelope, delay, DEBOUNCE_PUSH, keys, args)
+        return _Prepared(rq, queue, job_id, envelope, delay, scripts.DEBOUNCE_PUSH, keys, args)
     keys = [k.ready, k.delayed, k.notify, k.jobs, unique_key(rq.prefix, queue, guard.name)]
     keys += [k.done, k.failed]  # a re-sent push of a job that already ran is refused
     args = [job_id, envelope, int(delay * 1000), max(1, int(guard.window_s * 1000))]
-    return _Prepared(rq, queue, job_id, envelope, delay, UNIQUE_PUSH, keys, args)
+    return _Prepared(rq, queue, job_id, envelope, delay, scripts.UNIQUE_PUSH, keys, args)
 
 
-def _outcome(app: Any, p: _Prepared, pending: PendingDispatch, raw: Any) -> str | None:
-    if p.script is UNIQUE_PUSH and int(raw[0]) == 0:
+def _outcome(app: AppHost, p: _Prepared, pending: PendingDispatch, raw: Any) -> str | None:
+    if p.script is scripts.UNIQUE_PUSH and int(raw[0]) == 0:
         return None
     app.emit(JobQueued(p.job_id, p.queue, pending.job.display_name(), p.delay_s))
     return p.job_id
 
 
-def push_guarded(app: Any, pending: PendingDispatch, guard: Guard) -> str | None:
+def push_guarded(app: AppHost, pending: PendingDispatch, guard: Guard) -> str | None:
     """Push a unique or debounced job; returns its id, or None when it was dropped.
 
     Raises:
@@ -151,7 +149,7 @@ def push_guarded(app: Any, pending: PendingDispatch, guard: Guard) -> str | None
     return GuardedPush(app, pending, guard).push()
 
 
-async def push_guarded_async(app: Any, pending: PendingDispatch, guard: Guard) -> str | None:
+async def push_guarded_async(app: AppHost, pending: PendingDispatch, guard: Guard) -> str | None:
     """Async twin of :func:`push_guarded`."""
     return await GuardedPush(app, pending, guard).push_async()
 
@@ -160,7 +158,7 @@ class UniqueStart:
     """Built-in layer of a ``unique_until = "processing"`` job: free its lock, then run."""
 
     def __init__(
-        self, app: Any, queue: str, name: str, job_id: str, connection: str | None = None
+        self, app: WorkflowHost, queue: str, name: str, job_id: str, connection: str | None = None
     ) -> None:
         self.app = app
         self.queue = queue
@@ -172,7 +170,7 @@ class UniqueStart:
         """Unlock (only if this job still holds the lock), then go on."""
         rq = self.app.queue_for(self.connection)
         key = unique_key(rq.prefix, self.queue, self.name)
-        await UNLOCK.acall(rq.aclient(), [key], [self.job_id])
+        await scripts.UNLOCK.acall(rq.aclient(), [key], [self.job_id])
         return await nxt()
 
 
@@ -183,7 +181,7 @@ class GuardedPush:
     """A unique or debounced job encoded ahead of its push (``dispatch_many`` encodes
     every job before it pushes any)."""
 
-    def __init__(self, app: Any, pending: PendingDispatch, guard: Guard) -> None:
+    def __init__(self, app: AppHost, pending: PendingDispatch, guard: Guard) -> None:
         self.app = app
         self.pending = pending
         self.prepared = _prepare(app, pending, guard)

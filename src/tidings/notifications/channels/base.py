@@ -15,8 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 from tidings import _clock
+from tidings.errors import ConfigurationError
 from tidings.observability import redaction as _redaction
 from tidings.observability.redaction import REDACTED
 
@@ -25,6 +27,7 @@ __all__ = [
     "REDACTED",
     "DeliveryResult",
     "find_cause",
+    "message_for",
     "parse_query",
     "parse_retry_after",
     "redact",
@@ -145,3 +148,17 @@ def parse_query(query: str) -> dict[str, str]:
             key, _, value = pair.partition("=")
             params[urllib.parse.unquote(key)] = urllib.parse.unquote(value)
     return params
+
+
+def message_for(notification: Any, channel: str, notifiable: Any) -> Any:
+    """The message ``notification.to_<channel>(notifiable)`` returns.
+
+    Raises:
+        ConfigurationError: the notification has no ``to_<channel>``.
+    """
+    method = getattr(notification, f"to_{channel}", None)
+    if method is None:
+        raise ConfigurationError(
+            f"{type(notification).__qualname__} has no to_{channel}(notifiable)"
+        )
+    return method(notifiable)

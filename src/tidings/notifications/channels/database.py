@@ -47,6 +47,7 @@ from tidings.errors import (
     TransientChannelError,
     ValidationError,
 )
+from tidings.hosts import AppHost
 from tidings.notifications.channels.base import DeliveryResult
 from tidings.observability.redaction import clean
 
@@ -558,7 +559,7 @@ class NotificationStore:
 class DatabaseChannel:
     """The ``database`` channel of one event loop: group-committed, idempotent inserts."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: AppHost) -> None:
         self.store: NotificationStore = app.database
         self._pending: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
         self._writer: asyncio.Task[None] | None = None

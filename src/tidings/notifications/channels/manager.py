@@ -18,6 +18,8 @@ from typing import Any
 import jinja2
 
 from tidings.errors import ConfigurationError, ValidationError
+from tidings.hosts import AppHost
+from tidings.notifications.channels.base import message_for
 from tidings.notifications.messages import WebhookEndpoint
 from tidings.notifications.net import check_url
 from tidings.notifications.validation import validate_e164, validate_email
@@ -34,19 +36,10 @@ def _route(notifiable: Any, channel: str, notification: Any) -> Any:
     return value
 
 
-def _message(notification: Any, channel: str, notifiable: Any) -> Any:
-    method = getattr(notification, f"to_{channel}", None)
-    if method is None:
-        raise ConfigurationError(
-            f"{type(notification).__qualname__} has no to_{channel}(notifiable)"
-        )
-    return method(notifiable)
-
-
 class MailChannel:
     """Renders MailMessage through jinja2 and sends it with the mail transport."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: AppHost) -> None:
         from tidings.notifications.channels.mail import mail_transport_from_url
         from tidings.notifications.messages import make_environment
 
@@ -58,7 +51,7 @@ class MailChannel:
 
     async def send(self, notifiable: Any, notification: Any, delivery_id: str) -> Any:
         to = _route(notifiable, "mail", notification)
-        message = _message(notification, "mail", notifiable)
+        message = message_for(notification, "mail", notifiable)
         email = message.to_email(
             to=to,
             mail_from=self.mail_from,
@@ -75,7 +68,7 @@ class MailChannel:
 class SmsChannel:
     """Sends SmsMessage through the configured provider."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: AppHost) -> None:
         from tidings.notifications.channels.sms import sms_transport_from_url
 
         self.transport = sms_transport_from_url(app.settings.sms_url)
@@ -83,7 +76,7 @@ class SmsChannel:
     async def send(self, notifiable: Any, notification: Any, delivery_id: str) -> Any:
         to = _route(notifiable, "sms", notification)
         return await self.transport.send(
-            str(to), _message(notification, "sms", notifiable), delivery_id
+            str(to), message_for(notification, "sms", notifiable), delivery_id
         )
 
     async def close(self) -> None:
@@ -93,7 +86,7 @@ class SmsChannel:
 class WebhookChannel:
     """POSTs WebhookMessage, signed per Standard Webhooks."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: AppHost) -> None:
         from tidings.notifications.channels.webhook import WebhookTransport
 
         s = app.settings
@@ -102,7 +95,7 @@ class WebhookChannel:
         )
 
     async def send(self, notifiable: Any, notification: Any, delivery_id: str) -> Any:
-        message = _message(notification, "webhook", notifiable)
+        message = message_for(notification, "webhook", notifiable)
         url = getattr(message, "url", None) or _route(notifiable, "webhook", notification)
         # Per-endpoint secrets: the message's, else the route's, else the app's.
         secret = getattr(message, "secret", None)
@@ -115,13 +108,13 @@ class WebhookChannel:
         await self.transport.close()
 
 
-def _database_channel(app: Any) -> Any:
+def _database_channel(app: AppHost) -> Any:
     from tidings.notifications.channels.database import DatabaseChannel
 
     return DatabaseChannel(app)
 
 
-def _slack_channel(app: Any) -> Any:
+def _slack_channel(app: AppHost) -> Any:
     from tidings.notifications.channels.slack import SlackChannel
 
     return SlackChannel(app)
@@ -139,7 +132,7 @@ BUILTIN: dict[str, Factory] = {
 class ChannelManager:
     """Creates channels lazily, one set per event loop."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: AppHost) -> None:
         self.app = app
         self.factories: dict[str, Factory] = dict(BUILTIN)
         self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]]

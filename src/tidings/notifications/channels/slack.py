@@ -39,14 +39,15 @@ from tidings.errors import (
     TransientChannelError,
     ValidationError,
 )
+from tidings.hosts import AppHost
 from tidings.notifications.channels.base import (
     DeliveryResult,
+    message_for,
     parse_query,
     parse_retry_after,
     redact,
     shorten,
 )
-from tidings.notifications.channels.manager import _message
 from tidings.notifications.net import (
     PinnedTransport,
     SystemResolver,
@@ -509,14 +510,14 @@ def _str(value: Any) -> str | None:
 class SlackChannel:
     """The ``slack`` channel: ``to_slack(notifiable) -> SlackMessage | str``."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: AppHost) -> None:
         s = app.settings
         self.transport = slack_transport_from_url(
             s.slack_url, allow_private=s.webhook_allow_private
         )
 
     async def send(self, notifiable: Any, notification: Any, delivery_id: str) -> DeliveryResult:
-        message = as_message(_message(notification, "slack", notifiable))
+        message = as_message(message_for(notification, "slack", notifiable))
         route = notifiable.route_notification_for("slack", notification)
         result: DeliveryResult = await self.transport.send(
             message, str(route) if route else None, delivery_id

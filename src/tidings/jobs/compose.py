@@ -1,4 +1,5 @@
-"""Turning jobs into signed envelopes: options, encoding, the body."""
+"""Turning jobs into signed envelopes: options, encoding, the body (the wire format is
+:mod:`tidings.wire`)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
 def new_id() -> str:
     """A fresh job id: 32 hex chars (128 random bits)."""
     return f"{_ids.getrandbits(128):032x}"
-
 
 
 def _retry_until(value: Any) -> float | None:
