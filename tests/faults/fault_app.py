@@ -340,3 +340,26 @@ class FirstRunFails(Job):
 
     async def failed(self, exc: BaseException) -> None:
         await account().hincrby(key("hooks"), self.id, 1)
+
+
+@dataclass
+class LongRec(Job):
+    """The checker's long job (longer than the lease): logs ``id pid arg`` at its start
+    as :class:`Rec` does, and ``start``/``end`` in ``spans``; sleeps ``seconds``; then
+    counts its completion."""
+
+    id: str
+    arg: str
+    seconds: float
+
+    async def handle(self) -> None:
+        a = account()
+        pipe = a.pipeline(transaction=False)
+        pipe.rpush(key("log"), f"{self.id} {os.getpid()} {self.arg}")
+        pipe.rpush(key("spans"), f"start {self.id} {os.getpid()}")
+        await pipe.execute()
+        await asyncio.sleep(self.seconds)
+        pipe = a.pipeline(transaction=False)
+        pipe.rpush(key("spans"), f"end {self.id} {os.getpid()}")
+        pipe.hincrby(key("exec"), self.id, 1)
+        await pipe.execute()

@@ -122,8 +122,10 @@ def test_a_worker_frozen_past_its_lease_does_not_run_its_own_job_twice(
             w.signal(signal.SIGCONT)
         # Settled, or started a third time (today: it would go on until failed as stalled).
         wait_for(
-            lambda: rig.app.job_status(job_id) in ("done", "failed")
-            or rig.count("started", "long") >= 3,
+            lambda: (
+                rig.app.job_status(job_id) in ("done", "failed")
+                or rig.count("started", "long") >= 3
+            ),
             40,
             0.05,
             message="the long job settled",
