@@ -68,16 +68,25 @@ if str(ROOT) not in sys.path:
 import orjson  # noqa: E402
 import redis  # noqa: E402
 
-from tests.faults.fault_app import Callback, FailingMember, Flaky, Member, Rec  # noqa: E402
+from tests.faults.fault_app import (  # noqa: E402
+    Callback,
+    FailingMember,
+    FirstRunFails,
+    Flaky,
+    LongRec,
+    Member,
+    PoisonTwice,
+    Rec,
+)
 from tests.support import FaultProxy, RedisServer  # noqa: E402
 from tidings import App, Job, batch, chain  # noqa: E402
 from tidings.errors import QueueUnavailable  # noqa: E402
-from tidings.redis import scripts
-from tidings.workflows.batch import BatchInfo  # noqa: E402
-from tidings.jobs.job import PendingDispatch  # noqa: E402
-from tidings.redis.keys import BatchKeys  # noqa: E402
 from tidings.jobs.compose import prepare  # noqa: E402
+from tidings.jobs.job import PendingDispatch  # noqa: E402
 from tidings.moves.queues import RedisQueue  # noqa: E402
+from tidings.redis import scripts  # noqa: E402
+from tidings.redis.keys import BatchKeys  # noqa: E402
+from tidings.workflows.batch import BatchInfo  # noqa: E402
 
 KEY = "checker-key-0123456789abcdef-0123456"
 MODULE = "tests.faults.fault_app"
@@ -105,6 +114,26 @@ FAULTS = ("kill", "stop", "restart", "reset")
 OUTAGE_STALLS_S = LEASE_S * 2 / 3 - 0.2
 EVERYONE = -1  # in ``affected``: every run may have stalled
 NOTIFY_WORKER = str(Path(sys.executable).parent / "notify-worker")
+# Faults of the worker's own state (issue 21), one a seed when ``state_faults`` is on,
+# drawn from their own random stream (the schedules above stay as they were):
+#   longstop   a job longer than the lease; its worker is frozen past the lease while a
+#              push wakes the wait it sits in (the pop behind it hands the job back to the
+#              same frozen worker); the job must end done, run at most twice, never
+#              twice at once in one process
+#   wrongtype  every key of queue ``junk`` (the workers serve ``default,junk``) becomes
+#              a string while a job of ``junk`` runs: an ERROR names ``junk``, the
+#              workers live on, and ``default``'s jobs keep every invariant
+#   outage     Redis is down longer than the workers' retry give-up
+#              (``TIDINGS_REDIS_GIVE_UP_S``) while a job fails: giving up is not success
+#              (its failed() hook, Failed line and failed record agree)
+#   poison     a job that kills its worker (tries 2) among ordinary ones; dead workers
+#              are started again: it ends failed after <= 1 + max_stalls runs, and no
+#              ordinary job ends failed
+STATE_FAULTS = ("longstop", "wrongtype", "outage", "poison")
+GIVE_UP_S = 2.0
+GIVE_UP_ENV = "TIDINGS_REDIS_GIVE_UP_S"
+JUNK = "junk"
+MAX_STALLS = 3
 
 
 def _text(value: bytes | str) -> str:
@@ -121,6 +150,7 @@ class Outcome:
     drops: dict[str, int]
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    state: str = ""
 
 
 @dataclass
@@ -156,8 +186,11 @@ class Checker:
         workers: int = 2,
         concurrency: int = 4,
         on_worker: Callable[[subprocess.Popen[bytes]], None] | None = None,
+        state_faults: bool = False,
     ) -> None:
         self.workdir = workdir
+        self.state_faults = state_faults
+        self.state_totals: dict[str, int] = {}
         self.server = RedisServer(workdir / "queue")
         self.server.start()
         self.proxy = FaultProxy(self.server.host, self.server.port)
@@ -180,6 +213,8 @@ class Checker:
             TIDINGS_TEST_ACCOUNT_URL=account_url,
             TIDINGS_TEST_ACCOUNT_PREFIX=self.acct_prefix,
         )
+        if state_faults:
+            self.env[GIVE_UP_ENV] = f"{GIVE_UP_S:g}"
         self.app = App(
             env=False,
             redis_url=self.proxy.url(),
@@ -204,6 +239,8 @@ class Checker:
         self._n += 1
         cmd = [NOTIFY_WORKER, "-A", f"{MODULE}:app", "--sleep", "1"]
         cmd += ["--concurrency", str(self.concurrency), "--grace", "5"]
+        if self.state_faults:
+            cmd += ["--queue", f"default,{JUNK}"]
         with open(self.workdir / f"worker-{self._n}.log", "ab") as log:
             proc = subprocess.Popen(
                 cmd,
@@ -245,9 +282,10 @@ class Checker:
 
     # -- one seed ---------------------------------------------------------------------
 
-    def _push(self, job: Job) -> tuple[str, bytes]:
+    def _push(self, job: Job | PendingDispatch) -> tuple[str, bytes]:
+        pending = job if isinstance(job, PendingDispatch) else PendingDispatch(job)
         queue, job_id, envelope, _ = prepare(
-            PendingDispatch(job), self.app.signer, max_bytes=self.app.max_payload_bytes
+            pending, self.app.signer, max_bytes=self.app.max_payload_bytes
         )
         rq = self.app.queue_for(None)
         deadline = time.monotonic() + 30
@@ -277,6 +315,12 @@ class Checker:
             (rng.uniform(0.0, 1.2), rng.choice(FAULTS)) for _ in range(rng.randint(0, 3))
         )
         out = Outcome(seed, n_rec + n_flaky, [f"{k}@{t:.2f}" for t, k in schedule], {})
+        srng = random.Random(f"state {seed}")
+        state = srng.choice(STATE_FAULTS) if self.state_faults else ""
+        state_at = srng.uniform(0.2, 0.8)
+        out.state = state
+        self._state: dict[str, object] = {}
+        self._seed_affected = affected_set = set[int]()
         self._load_scripts()
         # Two chains, dispatched before the drops are armed (a chain's dispatch is not
         # re-sent by id): one that succeeds, one whose second link fails for good.
@@ -301,14 +345,20 @@ class Checker:
         jobs += [(f"s{seed}f{i}", "", True) for i in range(n_flaky)]
         rng.shuffle(jobs)
         sent: dict[str, _Sent] = {}
-        affected: set[int] = set()
+        affected: set[int] = affected_set
         self.notes = []
         log_sizes = self._log_sizes()
         resume: list[tuple[float, subprocess.Popen[bytes]]] = []
+        if state in ("longstop", "outage", "wrongtype", "poison"):
+            self._state_prepare(state, seed, sent)
         t0 = time.monotonic()
         todo = list(jobs)
-        while todo or schedule or resume:
+        while todo or schedule or resume or state:
             now = time.monotonic() - t0
+            if state and now >= state_at:
+                self._state_fault(state, seed, affected, sent)
+                state = ""
+            self._revive(None)
             while schedule and schedule[0][0] <= now:
                 _, kind = schedule.pop(0)
                 self._fault(kind, rng, affected, resume)
@@ -326,6 +376,8 @@ class Checker:
             time.sleep(0.03)
         self._settle(sent, out)
         self.proxy.drop_replies({})
+        if out.state:
+            self._state_settle(out)
         retried = self._retry_one(sent, rng, out)
         time.sleep(0.3)  # the last log lines of the slowest run
         stalled = self._stalled_ids(log_sizes)
@@ -336,6 +388,9 @@ class Checker:
         links_stalled = bool(stalled - set(sent) - batch_ids)
         self._check_chains(seed, chains, affected | ({EVERYONE} if links_stalled else set()), out)
         self._check_batches(batches, affected, stalled, out)
+        if out.state:
+            self._check_state(out.state, sent, out, log_sizes)
+            self.state_totals[out.state] = self.state_totals.get(out.state, 0) + 1
         for kind, n in self.proxy.drops.items():
             out.drops[kind] = out.drops.get(kind, 0) + n
             self.drops_total[kind] = self.drops_total.get(kind, 0) + n
@@ -414,6 +469,7 @@ class Checker:
                 busy = sizes["ready"] + sizes["delayed"] + sizes["reserved"]
                 if busy == 0 and all(d or f for d, f in states.values()):
                     return
+            self._revive(None)
             if time.monotonic() > deadline:
                 pending = [sent[i].name for i, (d, f) in states.items() if not (d or f)]
                 out.violations.append(f"not settled after {timeout_s:g}s: {pending[:10]}")
@@ -720,10 +776,204 @@ class Checker:
                 )
 
     def _reset_state(self, sent: dict[str, _Sent]) -> None:
-        self.acct.delete(
-            f"{self.acct_prefix}:log", f"{self.acct_prefix}:exec", f"{self.acct_prefix}:blog"
-        )
+        names = ("log", "exec", "blog", "spans", "started", "hooks")
+        self.acct.delete(*(f"{self.acct_prefix}:{n}" for n in names))
+        if self.state_faults:
+            self.direct.client.delete(*_junk_keys(self.direct.keys(JUNK)))
         self.direct.flush()
+
+    # -- the worker's own state (issue 21) --------------------------------------------
+
+    def _revive(self, affected: set[int] | None) -> None:
+        """Start a worker in place of each one that died on its own (a poison job):
+        its jobs stall, so its pid joins the seed's ``affected``."""
+        if not self.state_faults:
+            return
+        for p in list(self.workers):
+            if p.poll() is not None:
+                self.workers.remove(p)
+                self.retired.append(p)
+                self._seed_affected.add(p.pid)
+                self._start_worker()
+
+    def _acct(self, what: str) -> dict[str, int]:
+        raw = self.acct.hgetall(f"{self.acct_prefix}:{what}")
+        return {_text(k): int(v) for k, v in raw.items()}
+
+    def _started_pid(self, name: str, timeout_s: float = 10.0) -> int | None:
+        """The pid that logged ``name``'s first start (``log`` list), waiting for it."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for line in self.acct.lrange(f"{self.acct_prefix}:log", 0, -1):
+                n, pid, _ = _text(line).split(" ", 2)
+                if n == name:
+                    return int(pid)
+            time.sleep(0.02)
+        return None
+
+    def _state_prepare(self, state: str, seed: int, sent: dict[str, _Sent]) -> None:
+        if state == "longstop":
+            name = f"s{seed}L"
+            job_id, envelope = self._push(LongRec(name, name, LEASE_S * 2.5))
+            sent[job_id] = _Sent(name, name, envelope, False)
+            self._state["long"] = (job_id, name)
+        elif state == "wrongtype":
+            name = f"s{seed}J"
+            self._push(LongRec(name, name, 1.0).on_queue(JUNK))
+            self._state["junk"] = name
+
+    def _state_fault(
+        self, state: str, seed: int, affected: set[int], sent: dict[str, _Sent]
+    ) -> None:
+        if state == "longstop":
+            _, name = self._state["long"]  # type: ignore[misc]
+            pid = self._started_pid(name)
+            victim = next((p for p in self.workers if p.pid == pid and p.poll() is None), None)
+            if victim is None:
+                self.notes.append("longstop: no worker")
+                return
+            affected.add(victim.pid)
+            victim.send_signal(signal.SIGSTOP)
+            try:
+                time.sleep(LEASE_S + 0.5)
+                poke = f"s{seed}K"
+                job_id, envelope = self._push(Rec(poke, poke))  # wakes the frozen wait
+                sent[job_id] = _Sent(poke, poke, envelope, False)
+                time.sleep(0.5)
+            finally:
+                victim.send_signal(signal.SIGCONT)
+            self.notes.append(f"longstop pid {victim.pid}")
+        elif state == "wrongtype":
+            name = self._state["junk"]
+            pid = self._started_pid(str(name))
+            self.notes.append(f"wrongtype (junk job started in {pid})")
+            for key in _junk_keys(self.direct.keys(JUNK)):
+                self.direct.client.set(key, "not-a-queue-key")
+            # default's jobs while the junk job ends (its ack meets the wrong types)
+            for i in range(8):
+                more = f"s{seed}W{i}"
+                job_id, envelope = self._push(Rec(more, more))
+                sent[job_id] = _Sent(more, more, envelope, False)
+                time.sleep(0.25)
+        elif state == "outage":
+            name = f"s{seed}O"
+            self._push(FirstRunFails(name, 0.3))
+            self._state["outage"] = name
+            deadline = time.monotonic() + 10
+            while not self._acct("started").get(name) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.server.kill()
+            try:
+                time.sleep(GIVE_UP_S + 1.5)
+            finally:
+                self.server.start()
+            affected.add(EVERYONE)
+            self.notes.append(f"outage {GIVE_UP_S + 1.5:g}s > give-up {GIVE_UP_S:g}s")
+        elif state == "poison":
+            name = f"s{seed}P"
+            job_id, _ = self._push(PoisonTwice(name))
+            self._state["poison"] = (job_id, name)
+
+    def _state_settle(self, out: Outcome, timeout_s: float = 60.0) -> None:
+        """Wait for the state fault's own jobs (outage, poison) to settle too."""
+        ids: list[str] = []
+        if "poison" in self._state:
+            ids.append(self._state["poison"][0])  # type: ignore[index]
+        deadline = time.monotonic() + timeout_s
+        while ids:
+            self._revive(None)
+            with contextlib.suppress(redis.RedisError):
+                if all(d or f for d, f in self._states(ids).values()):
+                    break
+            if time.monotonic() > deadline:
+                out.violations.append(f"state fault's jobs not settled after {timeout_s:g}s")
+                break
+            time.sleep(0.1)
+        if "junk" in self._state:
+            # The failed-store admin (retry) reads every queue: take the garbage away
+            # (`failed retry <id>` itself raises WRONGTYPE on it; noted in issue 21).
+            time.sleep(LEASE_S)
+            self.direct.client.delete(*_junk_keys(self.direct.keys(JUNK)))
+        if "outage" in self._state:
+            name = str(self._state["outage"])
+            deadline = time.monotonic() + timeout_s
+            k = self.direct.keys("default")
+            while time.monotonic() < deadline:
+                hooks = self._acct("hooks").get(name, 0)
+                if self._acct("exec").get(name) or (hooks and self.direct.client.zcard(k.failed)):
+                    break
+                time.sleep(0.1)
+
+    def _check_state(
+        self, state: str, sent: dict[str, _Sent], out: Outcome, sizes: dict[Path, int]
+    ) -> None:
+        text = ""
+        for path in self.workdir.glob("worker-*.log"):
+            with open(path, "rb") as f:
+                f.seek(sizes.get(path, 0))
+                text += f.read().decode(errors="replace")
+        states = self._states(list(sent))
+        for job_id, s in sent.items():
+            if not s.flaky and states[job_id][1]:
+                info = self.direct.find_failed(job_id)
+                reason = info.exception.splitlines()[-1] if info else "?"
+                out.violations.append(
+                    f"{state}: ordinary job {s.name} ended failed: {reason[:120]}"
+                )
+        if state == "longstop":
+            job_id, name = self._state["long"]  # type: ignore[misc]
+            done, failed = self._states([job_id])[job_id]
+            if not done or failed:
+                out.violations.append(f"longstop: the long job is not done (failed {failed})")
+            starts = [
+                _text(x).split(" ") for x in self.acct.lrange(f"{self.acct_prefix}:spans", 0, -1)
+            ]
+            live: dict[str, int] = {}
+            most = 0
+            n_starts = 0
+            for what, n, pid in starts:
+                if n != name:
+                    continue
+                n_starts += what == "start"
+                live[pid] = live.get(pid, 0) + (1 if what == "start" else -1)
+                most = max(most, live[pid])
+            if most > 1:
+                out.violations.append(f"longstop: one worker ran the long job {most} times at once")
+            if n_starts > 2:
+                out.violations.append(f"longstop: the long job started {n_starts} times")
+        elif state == "wrongtype":
+            if not re.search(rf"ERROR.*'{JUNK}'", text):
+                out.violations.append(f"wrongtype: no ERROR line names queue {JUNK!r}")
+            dead = [p.pid for p in self.workers if p.poll() is not None]
+            if dead:
+                out.violations.append(f"wrongtype: workers {dead} died")
+        elif state == "outage":
+            name = str(self._state["outage"])
+            hooks = self._acct("hooks").get(name, 0)
+            ran_ok = self._acct("exec").get(name, 0)
+            failed_lines = re.findall(r"([0-9a-f]{32}) Failed +FirstRunFails", text)
+            if hooks and ran_ok:
+                out.violations.append(
+                    "outage: failed() ran for a job that then ran again and ended done"
+                )
+            if failed_lines and ran_ok:
+                out.violations.append("outage: JobFailed emitted for a job that ended done")
+            if not hooks and not ran_ok:
+                out.violations.append("outage: the failing job neither failed nor ran again")
+        elif state == "poison":
+            job_id, name = self._state["poison"]  # type: ignore[misc]
+            runs = self._acct("started").get(name, 0)
+            done, failed = self._states([job_id])[job_id]
+            if not failed or done:
+                out.violations.append("poison: the poison job did not end failed")
+            if runs > 1 + MAX_STALLS:
+                out.violations.append(f"poison: ran {runs} times (max {1 + MAX_STALLS})")
+
+
+def _junk_keys(k: object) -> list[str]:
+    names = ("ready", "delayed", "reserved", "notify", "jobs", "attempts", "done", "failed")
+    names += ("failed_info", "failed_body", "tokens")
+    return [getattr(k, n) for n in names]
 
 
 def run_seeds(
@@ -733,11 +983,12 @@ def run_seeds(
     workdir: Path | None = None,
     print_fn: Callable[[str], None] = print,
     stop_on_violation: bool = False,
+    state_faults: bool = False,
 ) -> list[Outcome]:
     """Run ``seeds`` on one Checker; prints one line a seed and every violation."""
     own = workdir is None
     wd = workdir or Path(tempfile.mkdtemp(prefix="tidings-checker-"))
-    checker = Checker(wd, account_url)
+    checker = Checker(wd, account_url, state_faults=state_faults)
     outcomes: list[Outcome] = []
     try:
         for seed in seeds:
@@ -747,6 +998,7 @@ def run_seeds(
             print_fn(
                 f"seed {seed:6d}  {status}  jobs {o.jobs:3d}  {o.seconds:5.2f}s  "
                 f"faults {','.join(o.faults) or '-'}  drops {o.drops or '-'}"
+                + (f"  state {o.state}" if o.state else "")
             )
             for v in o.violations:
                 print_fn(f"  seed {seed}: {v}")
@@ -760,6 +1012,8 @@ def run_seeds(
             f"  seeds with violations {bad or '-'}  drops injected {dict(sorted(totals.items()))}"
         )
         print_fn(f"batches checked {checker.batch_totals or '-'}")
+        if state_faults:
+            print_fn(f"state faults injected {dict(sorted(checker.state_totals.items()))}")
         checker.close()
         if own:
             shutil.rmtree(wd, ignore_errors=True)
@@ -772,6 +1026,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first", type=int, default=1, help="the first seed")
     ap.add_argument("--seed", type=int, action="append", help="replay this seed (repeatable)")
     ap.add_argument("--stop", action="store_true", help="stop at the first violation")
+    ap.add_argument(
+        "--state-faults",
+        action="store_true",
+        help="add one fault of the worker's own state a seed (longstop, wrongtype, "
+        "outage, poison; needs TIDINGS_REDIS_GIVE_UP_S honoured by the worker)",
+    )
     args = ap.parse_args(argv)
     seeds = args.seed or list(range(args.first, args.first + args.seeds))
     # SIGTERM ends the run through the finally blocks: every worker and server stopped.
@@ -780,7 +1040,9 @@ def main(argv: list[str] | None = None) -> int:
     account = RedisServer(tmp, appendonly=False)
     account.start()
     try:
-        outcomes = run_seeds(seeds, account.url, stop_on_violation=args.stop)
+        outcomes = run_seeds(
+            seeds, account.url, stop_on_violation=args.stop, state_faults=args.state_faults
+        )
     finally:
         account.close()
         shutil.rmtree(tmp, ignore_errors=True)

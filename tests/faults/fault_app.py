@@ -239,3 +239,127 @@ class Callback(Job):
 
     async def handle(self) -> None:
         await _batch_event("cb", self.id)
+
+
+# -- the worker's own state (tests/faults/test_worker_state.py, the checker's new kinds) --
+#
+#   spans      list of ``start|end id pid`` in the order they happened: two ``start`` of
+#              one id in one pid with no ``end`` between is the same worker running a
+#              job twice at once
+#   hooks      hash id -> calls of the job's ``failed()`` hook
+
+_sync_accounts: dict[int, redis.Redis] = {}
+
+
+def sync_account() -> redis.Redis:
+    """A blocking accounting client, one per thread (sync handlers run on job threads)."""
+    import threading
+
+    import redis as redis_sync
+
+    tid = threading.get_ident()
+    client = _sync_accounts.get(tid)
+    if client is None:
+        url = os.environ.get("TIDINGS_TEST_ACCOUNT_URL") or App.current().settings.redis_url
+        client = _sync_accounts[tid] = redis_sync.Redis.from_url(url)
+    return client
+
+
+@dataclass
+class Span(Job):
+    """Async: counts its start, logs ``start``/``end`` in ``spans``, sleeps ``seconds``,
+    counts its completion. The worker's default tries (1) and max_stalls."""
+
+    id: str
+    seconds: float
+
+    async def handle(self) -> None:
+        a = account()
+        pipe = a.pipeline(transaction=False)
+        pipe.hincrby(key("started"), self.id, 1)
+        pipe.hset(key("pid"), self.id, os.getpid())
+        pipe.rpush(key("spans"), f"start {self.id} {os.getpid()}")
+        await pipe.execute()
+        await asyncio.sleep(self.seconds)
+        pipe = a.pipeline(transaction=False)
+        pipe.rpush(key("spans"), f"end {self.id} {os.getpid()}")
+        pipe.hincrby(key("exec"), self.id, 1)
+        await pipe.execute()
+
+
+@dataclass
+class SyncSpan(Job):
+    """:class:`Span` with a sync ``handle`` (runs on the worker's job threads)."""
+
+    id: str
+    seconds: float
+
+    def handle(self) -> None:
+        a = sync_account()
+        pipe = a.pipeline(transaction=False)
+        pipe.hincrby(key("started"), self.id, 1)
+        pipe.hset(key("pid"), self.id, os.getpid())
+        pipe.rpush(key("spans"), f"start {self.id} {os.getpid()}")
+        pipe.execute()
+        time.sleep(self.seconds)
+        pipe = a.pipeline(transaction=False)
+        pipe.rpush(key("spans"), f"end {self.id} {os.getpid()}")
+        pipe.hincrby(key("exec"), self.id, 1)
+        pipe.execute()
+
+
+@dataclass
+class PoisonTwice(Job):
+    """Kills the worker running it, every time; tries 2 and the worker's max_stalls, as
+    in issue 21's poison drill."""
+
+    id: str
+    tries = 2
+
+    async def handle(self) -> None:
+        await account().hincrby(key("started"), self.id, 1)
+        os.kill(os.getpid(), 9)
+
+
+@dataclass
+class FirstRunFails(Job):
+    """Run 1 sleeps ``seconds`` then raises (tries 1: it fails for good, unless the
+    failure cannot be recorded); every later run succeeds. ``failed()`` counts itself in
+    ``hooks``."""
+
+    id: str
+    seconds: float = 0.0
+
+    async def handle(self) -> None:
+        a = account()
+        started = await a.hincrby(key("started"), self.id, 1)
+        await asyncio.sleep(self.seconds)
+        if started == 1:
+            raise RuntimeError(f"first run of {self.id} fails")
+        await a.hincrby(key("exec"), self.id, 1)
+
+    async def failed(self, exc: BaseException) -> None:
+        await account().hincrby(key("hooks"), self.id, 1)
+
+
+@dataclass
+class LongRec(Job):
+    """The checker's long job (longer than the lease): logs ``id pid arg`` at its start
+    as :class:`Rec` does, and ``start``/``end`` in ``spans``; sleeps ``seconds``; then
+    counts its completion."""
+
+    id: str
+    arg: str
+    seconds: float
+
+    async def handle(self) -> None:
+        a = account()
+        pipe = a.pipeline(transaction=False)
+        pipe.rpush(key("log"), f"{self.id} {os.getpid()} {self.arg}")
+        pipe.rpush(key("spans"), f"start {self.id} {os.getpid()}")
+        await pipe.execute()
+        await asyncio.sleep(self.seconds)
+        pipe = a.pipeline(transaction=False)
+        pipe.rpush(key("spans"), f"end {self.id} {os.getpid()}")
+        pipe.hincrby(key("exec"), self.id, 1)
+        await pipe.execute()

@@ -15,9 +15,11 @@ from tests.faults.conftest import figure
 pytestmark = pytest.mark.timeout(240)
 
 
-def _run(seeds: list[int], redis_url: str, tmp_path: Path) -> None:
+def _run(seeds: list[int], redis_url: str, tmp_path: Path, *, state_faults: bool = False) -> None:
     lines: list[str] = []
-    outcomes = run_seeds(seeds, redis_url, workdir=tmp_path, print_fn=lines.append)
+    outcomes = run_seeds(
+        seeds, redis_url, workdir=tmp_path, print_fn=lines.append, state_faults=state_faults
+    )
     figure("fault-schedule checker\n" + "\n".join(lines))
     assert len(outcomes) == len(seeds)
     assert sum(o.jobs for o in outcomes) > 0
@@ -34,3 +36,24 @@ def test_a_few_seeds_hold_every_invariant(redis_url: str, tmp_path: Path) -> Non
 def test_soak_many_seeds(redis_url: str, tmp_path: Path) -> None:
     n = int(os.environ.get("TIDINGS_CHECKER_SEEDS", "300"))
     _run(list(range(1, n + 1)), redis_url, tmp_path)
+
+
+# Faults of the worker's own state (issue 21), one a seed: a job longer than the lease on
+# a worker frozen past it (4), wrong-typed keys in one queue of a two-queue worker (3), a
+# Redis outage longer than the retry give-up (1; the worker must honour
+# TIDINGS_REDIS_GIVE_UP_S), a poison job among ordinary ones (5).
+
+
+def test_a_few_seeds_hold_under_faults_of_the_workers_own_state(
+    redis_url: str, tmp_path: Path
+) -> None:
+    _run([1, 3, 4, 5], redis_url, tmp_path, state_faults=True)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(14400)
+def test_soak_many_seeds_with_faults_of_the_workers_own_state(
+    redis_url: str, tmp_path: Path
+) -> None:
+    n = int(os.environ.get("TIDINGS_CHECKER_SEEDS", "1000"))
+    _run(list(range(1, n + 1)), redis_url, tmp_path, state_faults=True)

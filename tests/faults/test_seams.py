@@ -9,6 +9,7 @@ MaxAttemptsExceeded, and a stale holder's moves are refused ("reservation lost")
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -147,5 +148,18 @@ def test_a_frozen_chain_link_does_not_advance_the_chain_its_successor_failed(
     wait_for(lambda: "reservation lost" in a.output(), 10, 0.05, message="A refused")
     time.sleep(1.0)  # time for a wrongly pushed next link to run
     assert rig.count("exec", "link2") == 0
-    assert rig.count("exec", "caught") == 1
     assert rig.count("exec", "link1") == 1  # A's run, which completed but did not count
+    # The catch runs once, plus once for each of its reservations that was lost (a
+    # stall): under load a worker can lose the catch's 1 s lease, and a frozen A's pop,
+    # run by Redis behind A's blocking wait while A is stopped, can reserve the catch
+    # and run it on SIGCONT after B did. Each such run's ack (or renewal) is refused
+    # and logged as "reservation lost for <catch id>".
+    logs = rig.logs()
+    catch_ids = set(re.findall(r"([0-9a-f]{32}) Processing +Rec", logs))
+    assert len(catch_ids) == 1, catch_ids  # the next link never ran: every Rec is the catch
+    (catch_id,) = catch_ids
+    stalls = len(re.findall(rf"reservation lost for [0-9a-f, ]*{catch_id}", logs))
+    caught = rig.count("exec", "caught")
+    if caught > 1:
+        figure(f"frozen chain link: the catch ran {caught} times after {stalls} stalls")
+    assert 1 <= caught <= 1 + stalls, f"catch ran {caught} times, {stalls} stalls:\n{logs}"
