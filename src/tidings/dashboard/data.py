@@ -12,7 +12,6 @@ job is reachable, no request reads them all.
 from __future__ import annotations
 
 import base64
-import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -35,8 +34,6 @@ FAILED_CHUNK = 250
 TIES_READ = 1000
 #: Characters of an error shown in the list (the job's page shows it all).
 ERROR_CHARS = 300
-#: How long the list of queue names (a key scan) is reused.
-QUEUE_NAMES_TTL_S = 2.0
 
 
 def _text(value: Any) -> str:
@@ -184,22 +181,14 @@ class Reader:
         self.rq = app.queue_for(None)
         self.prefix = self.rq.prefix
         self.secrets = app_secrets(app)
-        self._names: tuple[float, list[str]] = (0.0, [])
 
     @property
     def client(self) -> Any:
         return self.rq.client
 
     def queue_names(self) -> list[str]:
-        """Queues that hold or held jobs (a key scan, reused for a couple of seconds)."""
-        at, names = self._names
-        if time.monotonic() - at > QUEUE_NAMES_TTL_S:
-            found = set(self.rq.queue_names()) | set(
-                metrics.measured_queues(self.client, self.prefix)
-            )
-            names = sorted(found)
-            self._names = (time.monotonic(), names)
-        return names
+        names = set(self.rq.queue_names()) | set(metrics.measured_queues(self.client, self.prefix))
+        return sorted(names)
 
     def queues(self) -> list[QueueRow]:
         names = self.queue_names()
