@@ -154,7 +154,7 @@ def _dashboard_detail(app: App, job_id: str) -> str:
 
     async def get() -> str:
         transport = httpx.ASGITransport(app=create_app(app, auth=Auth()))
-        async with httpx.AsyncClient(transport=transport, base_url="http://dash") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
             r = await c.get(f"/failed/{job_id}")
             assert r.status_code == 200, r.text
             return r.text

@@ -63,3 +63,13 @@ class Hostile(Job):
 
     async def handle(self) -> None:
         raise ValueError(f"<script>alert('boom')</script> {self.note}")
+
+
+@dataclass
+class Leaky(Job):
+    """Fails quoting a dict whose keys carry credentials (issue 29)."""
+
+    headers: dict[str, str]
+
+    async def handle(self) -> None:
+        raise ValueError(f"bad headers {self.headers}")

@@ -221,3 +221,73 @@ def test_dashboard_pages_retry_and_escaping(
     page.goto(base + "/workers")
     expect(page.locator("#main")).to_contain_text("No live workers")
     page.close()
+
+
+def test_sign_in_retry_and_sign_out(
+    app: App,
+    redis_url: str,
+    prefix: str,
+    redis_client: redis.Redis,
+    spawn_proc: Spawn,
+    browser: object,
+) -> None:
+    """Issue 29: a token-guarded dashboard in chromium: redirected to sign in, a wrong
+    token refused, the right one opens the pages, Retry runs the job on a real worker,
+    Sign out ends the session (the old cookie opens nothing afterwards)."""
+    from playwright.sync_api import Browser, expect
+
+    assert isinstance(browser, Browser)
+    shots = ROOT / "test-artifacts" / "dashboard-auth"
+    if shots.exists():
+        shutil.rmtree(shots)
+    shots.mkdir(parents=True)
+    token = "Xq3v9KpT2rW7mZ4nB8cY1dF6gH0jL5sA-uE_oI"
+    env = dict(env_for(redis_url, prefix), TIDINGS_DASHBOARD_TOKEN=token)
+    port = free_port()
+    dash = spawn_proc([NOTIFY_WORKER, "-A", APP_SPEC, "dashboard", "--port", str(port)],
+                      name="dashboard", env=env, cwd=ROOT)  # fmt: skip
+    worker = spawn_proc([NOTIFY_WORKER, "-A", APP_SPEC, "--sleep", "1"], name="worker",
+                        env=env_for(redis_url, prefix), cwd=ROOT)  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    wait_http(base + "/login", dash)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BlockingDispatchWarning)
+        flaky = Flaky("auth").dispatch()
+    rq = app.queue_for(None)
+    wait_for(lambda: rq.find_failed(flaky) is not None, 20, message="the job failed")
+    assert worker.alive()
+
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.goto(base + "/failed")
+    expect(page).to_have_url(base + "/login")
+    page.fill("input[name=token]", "not-the-token")
+    page.click("#sign-in")
+    expect(page.locator("main")).to_contain_text("wrong token")
+    page.screenshot(path=str(shots / "login-refused.png"), full_page=True)
+    page.fill("input[name=token]", token)
+    page.click("#sign-in")
+    expect(page.locator("#logout")).to_be_visible()
+    cookie = next(c for c in context.cookies() if c["name"] == "tidings_auth")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["expires"] > 0
+    page.goto(base + "/failed")
+    expect(page.locator("#failed tbody tr")).to_have_count(1)
+    page.screenshot(path=str(shots / "failed-signed-in.png"), full_page=True)
+
+    redis_client.set(f"{prefix}:test:fixed", "1")
+    page.locator(f'tr[data-id="{flaky}"] button.retry').click()
+    expect(page.locator("#done")).to_contain_text("retried 1 failed job")
+    wait_for(lambda: redis_client.hget(f"{prefix}:test:ran", "auth") == b"1", 15,
+             message="the retried job ran")  # fmt: skip
+    page.screenshot(path=str(shots / "retried.png"), full_page=True)
+
+    page.click("#logout")
+    expect(page).to_have_url(base + "/login")
+    page.screenshot(path=str(shots / "signed-out.png"), full_page=True)
+    # The cookie from before is dead server-side, not only forgotten by the browser.
+    r = httpx.get(base + "/failed", cookies={"tidings_auth": cookie["value"]},
+                  headers={"Accept": "text/html"}, timeout=5)  # fmt: skip
+    assert r.status_code == 303 and r.headers["location"] == "/login"
+    page.goto(base + "/failed")
+    expect(page).to_have_url(base + "/login")
+    context.close()

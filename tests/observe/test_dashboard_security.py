@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTIFY_WORKER = str(Path(sys.executable).parent / "notify-worker")
 KEY = "dashboard-test-key-0123456789abcdef"
 MODULE = "tests.observe.dash_app"
+TOKEN = "Xq3v9KpT2rW7mZ4nB8cY1dF6gH0jL5sA-uE_oI"  # 38 random characters
 
 
 @pytest.fixture
@@ -61,7 +62,8 @@ def run(coro: Any) -> Any:
 
 
 def client(asgi: Any, **kw: Any) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://dash", **kw)
+    kw.setdefault("base_url", "http://127.0.0.1:8765")
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), **kw)
 
 
 def csrf_of(html: str) -> str:
@@ -79,7 +81,8 @@ def test_state_changes_need_the_csrf_token(app: App) -> None:
             page = await c.get("/failed")
             assert page.status_code == 200
             token = csrf_of(page.text)
-            assert c.cookies.get("tidings_csrf") == token
+            nonce = c.cookies.get("tidings_csrf")
+            assert nonce and nonce != token  # the form token is signed, not the cookie
             # no token, a wrong token, GET instead of POST, a foreign Origin: all refused
             r = await c.post("/failed/retry", data={"id": job_id})
             assert r.status_code == 403
@@ -96,7 +99,7 @@ def test_state_changes_need_the_csrf_token(app: App) -> None:
                 assert r.status_code == 403
             assert app.job_status(job_id) == "failed"  # nothing changed
             r = await c.post("/failed/retry", data={"id": job_id, "csrf": token},
-                             headers={"Origin": "http://dash"})  # fmt: skip
+                             headers={"Origin": "http://127.0.0.1:8765"})  # fmt: skip
             assert r.status_code == 303
             assert app.job_status(job_id) == "pending"
 
@@ -104,7 +107,7 @@ def test_state_changes_need_the_csrf_token(app: App) -> None:
 
 
 def test_token_auth_header_and_login_cookie(app: App) -> None:
-    web = create_app(app, auth=Auth(token="s3cret-token-value"))
+    web = create_app(app, auth=Auth(token=TOKEN))
 
     async def main() -> None:
         async with client(web) as c:
@@ -113,13 +116,15 @@ def test_token_auth_header_and_login_cookie(app: App) -> None:
             r = await c.get("/", headers={"Accept": "text/html"})
             assert r.status_code == 303 and r.headers["location"] == "/login"
             assert (await c.get("/", headers={"Authorization": "Bearer wrong"})).status_code == 401
-            ok = await c.get("/", headers={"Authorization": "Bearer s3cret-token-value"})
+            ok = await c.get("/", headers={"Authorization": f"Bearer {TOKEN}"})
             assert ok.status_code == 200
-            assert (await c.post("/login", data={"token": "nope"})).status_code == 403
-            r = await c.post("/login", data={"token": "s3cret-token-value"})
+            token = csrf_of((await c.get("/login")).text)
+            r = await c.post("/login", data={"token": "nope", "csrf": token})
+            assert r.status_code == 403
+            r = await c.post("/login", data={"token": TOKEN, "csrf": token})
             assert r.status_code == 303
             cookie = c.cookies.get("tidings_auth")
-            assert cookie and "s3cret" not in cookie
+            assert cookie and TOKEN[:8] not in cookie
             assert (await c.get("/workers")).status_code == 200
 
     run(main())
@@ -144,7 +149,7 @@ def test_non_loopback_bind_needs_credentials() -> None:
     check_bind("127.0.0.1", Auth())
     check_bind("::1", Auth())
     check_bind("localhost", Auth())
-    check_bind("0.0.0.0", Auth(token="t0ken-value"))
+    check_bind("0.0.0.0", Auth(token=TOKEN, allowed_hosts=("ops.example.com",)))
     with pytest.raises(ConfigurationError, match="TIDINGS_DASHBOARD_TOKEN"):
         check_bind("0.0.0.0", Auth())
     with pytest.raises(ConfigurationError, match="TIDINGS_DASHBOARD_USER"):
@@ -188,7 +193,8 @@ def test_mounted_under_a_prefix(app: App) -> None:
             page = await c.get("/tidings/failed")
             assert page.status_code == 200 and 'href="/tidings/workers"' in page.text
             token = csrf_of(page.text)
-            assert c.cookies.get("tidings_csrf") == token
+            nonce = c.cookies.get("tidings_csrf")
+            assert nonce and nonce != token  # the form token is signed, not the cookie
             r = await c.post("/tidings/failed/retry", data={"all": "1", "csrf": token})
             assert r.status_code == 303 and r.headers["location"].startswith("/tidings/failed")
 

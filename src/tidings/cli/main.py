@@ -27,7 +27,7 @@ from tidings.cli.batches import make_group as make_batches_group
 from tidings.cli.db import make_group as make_db_group
 from tidings.errors import QueueUnavailable
 from tidings.observability.lifecycle import JobFailed, JobProcessed, JobProcessing, JobReleased
-from tidings.observability.redaction import redact
+from tidings.observability.redaction import redact, redact_json
 from tidings.observability.terminal import escape, escape_json
 from tidings.redis.errors import REDIS_ERRORS, is_transient
 from tidings.wire.encryption import encrypted_key_id
@@ -397,8 +397,17 @@ def failed_show(ctx: click.Context, job_id: str) -> None:
         click.echo(f"data:      encrypted (AES-256-GCM, key {escape(sealed)}); shown sealed")
     exception = escape(redact(record.exception), multiline=True)
     click.echo(f"\n{exception}\n")
-    payload = redact(record.payload.decode("utf-8", "replace"))[:4096]
-    click.echo(escape(payload, multiline=True))
+    click.echo(escape(_shown_payload(record.payload)[:4096], multiline=True))
+
+
+def _shown_payload(raw: bytes) -> str:
+    """A failed job's envelope with its secrets removed, keys as well as values (the
+    dashboard shows it through the same helper); text that is not JSON is redacted as text."""
+    try:
+        envelope = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return redact(raw.decode("utf-8", "replace"))
+    return orjson.dumps(redact_json(envelope)).decode()
 
 
 @failed.command("retry")

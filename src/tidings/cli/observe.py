@@ -209,21 +209,28 @@ def register(main: click.Group, load: Callable[[click.Context], Any]) -> None:
     @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
     @click.option("--port", default=8765, show_default=True, help="Port to bind.")
     @click.option("--token", default=None, help="Access token (better: TIDINGS_DASHBOARD_TOKEN).")
+    @click.option(
+        "--allowed-host", "allowed_hosts", multiple=True, metavar="NAME[:PORT]",
+        help="A host name the dashboard is reached by (repeat; else TIDINGS_DASHBOARD_HOSTS, "
+        "comma-separated). Requests naming another host are refused.",
+    )  # fmt: skip
     @click.pass_context
-    def dashboard(ctx: click.Context, host: str, port: int, token: str | None) -> None:
+    def dashboard(ctx: click.Context, host: str, port: int, token: str | None,
+                  allowed_hosts: tuple[str, ...]) -> None:  # fmt: skip
         """Serve the web dashboard (needs: pip install 'tidings[dashboard]')."""
         try:
             import uvicorn
 
             from tidings.dashboard import Auth, check_bind, create_app
+            from tidings.dashboard.security import AllowedHosts
         except ImportError as exc:
             raise click.ClickException(
                 f"the dashboard needs its extra: pip install 'tidings[dashboard]' ({exc})"
             ) from None
         from tidings.errors import ConfigurationError
 
-        auth = Auth.from_env(token)
         try:
+            auth = Auth.from_env(token, allowed_hosts)
             check_bind(host, auth)
         except ConfigurationError as exc:
             raise click.ClickException(str(exc)) from None
@@ -232,7 +239,8 @@ def register(main: click.Group, load: Callable[[click.Context], Any]) -> None:
         shown = f"[{host}]" if ":" in host else host
         click.echo(f"tidings {__version__} dashboard on http://{shown}:{port}/ "
                    f"(redis {escape(mask_url(app.settings.redis_url))}; "
-                   f"auth: {'on' if auth.configured else 'off, loopback only'})")  # fmt: skip
+                   f"auth: {'on' if auth.configured else 'off, loopback only'}; "
+                   f"hosts: {escape(AllowedHosts.of(auth).describe())})")  # fmt: skip
         uvicorn.run(web, host=host, port=port, log_level="warning", access_log=False)
 
 

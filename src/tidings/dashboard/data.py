@@ -1,13 +1,19 @@
 """What the dashboard pages read from Redis (sync; Starlette runs them in its thread pool).
 
 Every read is bounded: the last hour of minute buckets, the live-worker index, the
-newest :data:`FAILED_SCAN` records of each queue's failed store, the newest batches.
+newest batches, and for the failed store one page at a time. The failed pages follow
+the store's own order (failure time, newest first; ties by queue, then id) with a cursor
+(``?after=``) that names the last entry shown, so a page costs the same with 10 or
+100,000 failed jobs. A search reads at most :data:`FAILED_SCAN` records a request and,
+when that did not fill the page, offers to continue from where it stopped: every failed
+job is reachable, no request reads them all.
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -15,10 +21,19 @@ from tidings.dashboard.redaction import app_secrets, redact_value
 from tidings.observability import metrics
 from tidings.observability.metrics import Counts, JobTiming
 from tidings.observability.redaction import redact
+from tidings.observability.terminal import escape
 from tidings.wire.encryption import encrypted_key_id
 
+#: Rows on a failed-jobs page.
+FAILED_PAGE = 50
+#: Most failed records one request reads while searching.
 FAILED_SCAN = 2000
-FAILED_PAGE = 100
+#: Records read per round trip while searching.
+FAILED_CHUNK = 250
+#: Entries at one failure time read to place a cursor whose own entry is gone.
+TIES_READ = 1000
+#: Characters of an error shown in the list (the job's page shows it all).
+ERROR_CHARS = 300
 
 
 def _text(value: Any) -> str:
@@ -44,6 +59,104 @@ class FailedRow:
     failed_at: float
     attempts: int
     error: str
+
+
+class Entry(NamedTuple):
+    """A position in the failed store: failure time (ms), queue, job id (raw bytes)."""
+
+    score: int
+    queue: str
+    id: bytes
+
+
+@dataclass(slots=True)
+class FailedPage:
+    """One page of the failed list."""
+
+    rows: list[FailedRow]
+    next: str
+    """Cursor of the next page ("" at the end)."""
+    scanned: int
+    """Records read for this page."""
+    total: int
+    """Failed jobs in all queues."""
+    searching: bool
+
+
+def encode_cursor(entry: Entry) -> str:
+    raw = orjson.dumps([entry.score, entry.queue, entry.id.decode("latin-1")])
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def decode_cursor(text: str) -> Entry | None:
+    """The entry a cursor names; None for "" or anything malformed (the newest page)."""
+    if not text or len(text) > 1200:
+        return None
+    try:
+        value = orjson.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+        score, queue, job_id = value
+        if not isinstance(score, int) or not isinstance(queue, str) or not isinstance(job_id, str):
+            return None
+        return Entry(score, queue, job_id.encode("latin-1"))
+    except (ValueError, TypeError, UnicodeEncodeError):
+        return None
+
+
+def error_summary(exception: str) -> str:
+    """The last exception's own text (type and whole message), for one line of the list.
+
+    A traceback's frames are indented; the summary is everything after the last frame,
+    line breaks included (a message with ``\\r\\n`` is shown whole, its breaks visible),
+    with every control and bidi character escaped as the CLI does.
+    """
+    text = exception.strip()
+    marker = "Traceback (most recent call last):"
+    at = text.rfind(marker)
+    if at >= 0:
+        lines = text[at + len(marker) :].lstrip("\r\n").split("\n")
+        for i, line in enumerate(lines):
+            if line and not line[0].isspace():
+                text = "\n".join(lines[i:])
+                break
+    shown = escape(text)
+    return shown if len(shown) <= ERROR_CHARS else shown[: ERROR_CHARS - 1] + "…"
+
+
+class _Match:
+    """The list's filter: class name and text, case-insensitive."""
+
+    def __init__(self, cls: str, text: str, secrets: list[str]) -> None:
+        self.cls = cls.strip().lower()
+        self.text = text.strip().lower()
+        self.secrets = secrets
+        self.everything = not self.cls and not self.text
+        # A match that overlaps the "[REDACTED]" marker exists only after redaction;
+        # any other match is in the raw text too, so the raw text is a cheap pre-check.
+        marker = "[redacted]"
+        self.raw_precheck = not ("[" in self.text or "]" in self.text or self.text in marker)
+
+    def row(self, entry: Entry, raw: Any) -> FailedRow | None:
+        """The list row of ``entry`` when it matches (None when not, or gone)."""
+        if raw is None:
+            return None  # forgotten or retried since the page began
+        info = _info(raw)
+        name = str(info.get("name", "?"))
+        if self.cls and self.cls not in name.lower():
+            return None
+        job_id = entry.id.decode("utf-8", "backslashreplace")
+        exc = str(info.get("exception", ""))
+        if self.text and self.text not in job_id.lower():
+            if self.raw_precheck and self.text not in exc.lower():
+                return None
+            exc = redact(exc, self.secrets)
+            if self.text not in exc.lower():
+                return None
+        else:
+            exc = redact(exc, self.secrets)
+        attempts = info.get("attempts")
+        return FailedRow(job_id, entry.queue, name, entry.score / 1000.0,
+                         attempts if isinstance(attempts, int) else 0,
+                         error_summary(exc))  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -98,30 +211,97 @@ class Reader:
     def workers(self) -> list[dict[str, Any]]:
         return metrics.live_workers(self.client, self.prefix)
 
-    def failed(self, *, cls: str = "", text: str = "", limit: int = FAILED_PAGE) -> list[FailedRow]:
-        """The newest failed records, filtered by class name and/or text (in the error)."""
+    def failed_page(self, *, cls: str = "", text: str = "", after: str = "",
+                    limit: int = FAILED_PAGE) -> FailedPage:  # fmt: skip
+        """One page of failed jobs, newest first, filtered by class name and/or text.
+
+        Reads at most :data:`FAILED_SCAN` records: when the filter has not filled the
+        page by then, the page ends with a cursor that continues the search there, so a
+        search reaches every failed job, one bounded request at a time.
+
+        Args:
+            cls: part of the job class name (case-insensitive).
+            text: part of the (redacted) exception text or of the id.
+            after: a cursor from an earlier page (``FailedPage.next``), "" for the newest.
+            limit: rows on the page.
+        """
+        queues = self.queue_names()
+        sizes = self.rq.sizes(queues) if queues else {}
+        total = sum(s["failed"] for s in sizes.values())
+        match = _Match(cls, text, self.secrets)
+        position = decode_cursor(after)
         rows: list[FailedRow] = []
-        cls_l, text_l = cls.strip().lower(), text.strip().lower()
-        for name in self.rq.queue_names():
-            k = self.rq.keys(name)
-            pairs = self.client.zrevrange(k.failed, 0, FAILED_SCAN - 1, withscores=True)
-            if not pairs:
-                continue
-            ids = [_text(i) for i, _ in pairs]
-            infos = self.client.hmget(k.failed_info, ids)
-            for (job_id, score), raw in zip(zip(ids, (s for _, s in pairs), strict=True), infos,
-                                            strict=True):  # fmt: skip
-                info = _info(raw)
-                exc = redact(str(info.get("exception", "")), self.secrets)
-                row = FailedRow(job_id, name, str(info.get("name", "?")), score / 1000.0,
-                                int(info.get("attempts") or 0), _last_line(exc))  # fmt: skip
-                if cls_l and cls_l not in row.name.lower():
-                    continue
-                if text_l and text_l not in exc.lower() and text_l not in job_id:
-                    continue
-                rows.append(row)
-        rows.sort(key=lambda r: r.failed_at, reverse=True)
-        return rows[:limit]
+        scanned = 0
+        exhausted = False
+        while len(rows) < limit and scanned < FAILED_SCAN:
+            want = limit - len(rows) if match.everything else FAILED_CHUNK
+            want = min(want, FAILED_SCAN - scanned)
+            chunk = self._next_entries(queues, position, want)
+            for entry, raw in zip(chunk, self._infos(chunk), strict=True):
+                scanned += 1
+                position = entry
+                row = match.row(entry, raw)
+                if row is not None:
+                    rows.append(row)
+                    if len(rows) >= limit:
+                        break
+            if len(chunk) < want and position == (chunk[-1] if chunk else position):
+                exhausted = True
+                break
+        more = not exhausted and position is not None and bool(
+            self._next_entries(queues, position, 1)
+        )
+        return FailedPage(rows=rows, next=encode_cursor(position) if more and position else "",
+                          scanned=scanned, total=total,
+                          searching=not match.everything)  # fmt: skip
+
+    def _next_entries(self, queues: list[str], after: Entry | None, n: int) -> list[Entry]:
+        """The next ``n`` failed-store entries after ``after``, in the store's order
+        (failure time, then queue, then id; newest first) across ``queues``."""
+        plan: list[tuple[str, int]] = []
+        for name in queues:
+            offset = 0 if after is None else self._offset(name, after)
+            plan.append((name, offset))
+        pipe = self.client.pipeline(transaction=False)
+        for name, offset in plan:
+            pipe.zrevrange(self.rq.keys(name).failed, offset, offset + n - 1, withscores=True)
+        merged: list[Entry] = []
+        for (name, _), pairs in zip(plan, pipe.execute() if plan else [], strict=True):
+            merged += [Entry(int(score), name, bytes(raw)) for raw, score in pairs]
+        merged.sort(reverse=True)
+        return merged[:n]
+
+    def _offset(self, name: str, after: Entry) -> int:
+        """How many entries of queue ``name``'s failed store come before ``after``'s
+        position (in ZREVRANGE order: score descending, ties by id descending)."""
+        key = self.rq.keys(name).failed
+        s = after.score
+        if name != after.queue:
+            # Another queue sorts after the cursor's at an equal score when its name is
+            # smaller: then its entries at that score are still to come.
+            low = f"({s}" if name < after.queue else s
+            return int(self.client.zcount(key, low, "+inf"))
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcount(key, f"({s}", "+inf")
+        pipe.zscore(key, after.id)
+        pipe.zrevrank(key, after.id)
+        above, score, rank = pipe.execute()
+        if score is not None and int(score) == s and rank is not None:
+            return int(rank) + 1
+        # The cursor's own entry is gone (retried, forgotten): count the ties after it.
+        ties = self.client.zrevrangebyscore(key, s, s, start=0, num=TIES_READ)
+        return int(above) + sum(1 for t in ties if bytes(t) > after.id)
+
+    def _infos(self, entries: list[Entry]) -> list[Any]:
+        """The info record of each entry (one HMGET per queue, in entry order)."""
+        by_queue: dict[str, list[bytes]] = {}
+        for e in entries:
+            by_queue.setdefault(e.queue, []).append(e.id)
+        found: dict[tuple[str, bytes], Any] = {}
+        for name, ids in by_queue.items():
+            values = self.client.hmget(self.rq.keys(name).failed_info, ids)
+            found.update({(name, i): v for i, v in zip(ids, values, strict=True)})
+        return [found.get((e.queue, e.id)) for e in entries]
 
     def failed_detail(self, job_id: str) -> FailedDetail | None:
         record = self.rq.find_failed(job_id)
@@ -156,11 +336,6 @@ def _info(raw: Any) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         return {"exception": "(unreadable failure record)"}
     return info if isinstance(info, dict) else {}
-
-
-def _last_line(exc: str) -> str:
-    lines = exc.strip().splitlines()
-    return lines[-1][:300] if lines else ""
 
 
 def _payload(raw: bytes, secrets: list[str]) -> tuple[str, float | None, str]:

@@ -13,22 +13,27 @@ from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from tidings.dashboard.charts import line_chart
-from tidings.dashboard.data import Reader
-from tidings.dashboard.security import (
+from tidings.dashboard.data import FAILED_PAGE, Reader
+from tidings.dashboard.guard import Guard, Security, client_of, cookie_header, root_of
+from tidings.dashboard.security import AllowedHosts, Auth
+from tidings.dashboard.sessions import (
     AUTH_COOKIE,
     CSRF_COOKIE,
-    Auth,
-    csrf_ok,
-    new_csrf_token,
+    SESSION_TTL_S,
+    Csrf,
+    LoginThrottle,
+    Sessions,
+    server_secret,
 )
 from tidings.observability.metrics import Counts
+from tidings.observability.terminal import escape
+from tidings.wire.signing import parse_keys
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -91,50 +96,20 @@ def _charts(title: str, points: list[tuple[int, Counts]]) -> list[Markup]:
     ]  # fmt: skip
 
 
-class _Guard(BaseHTTPMiddleware):
-    """Auth on every request; a CSRF cookie on every response that lacks one."""
-
-    def __init__(self, app: ASGIApp, auth: Auth) -> None:
-        super().__init__(app)
-        self.auth = auth
-
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        path, root = str(request.scope.get("path", "")), str(request.scope.get("root_path", ""))
-        if root and path.startswith(root):
-            path = path[len(root) :]
-        if not path.startswith(("/login", "/static/")) and not self.auth.allows(
-            request.headers.get("authorization"), request.cookies.get(AUTH_COOKIE)
-        ):
-            if self.auth.username and not self.auth.token:
-                return PlainTextResponse("authentication required", 401,
-                                         {"WWW-Authenticate": 'Basic realm="tidings"'})  # fmt: skip
-            if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
-                return RedirectResponse(_root(request) + "/login", 303)
-            return PlainTextResponse("authentication required", 401,
-                                     {"WWW-Authenticate": 'Bearer realm="tidings"'})  # fmt: skip
-        token = request.cookies.get(CSRF_COOKIE)
-        fresh = None
-        if not token:
-            token = fresh = new_csrf_token()
-        request.state.csrf = token
-        response = await call_next(request)
-        response.headers.setdefault("X-Frame-Options", "DENY")
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        response.headers.setdefault("Referrer-Policy", "same-origin")
-        response.headers.setdefault(
-            "Content-Security-Policy",
-            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
-            "frame-ancestors 'none'; form-action 'self'",
-        )
-        if fresh:
-            response.set_cookie(CSRF_COOKIE, fresh, httponly=True, samesite="strict",
-                                secure=request.url.scheme == "https",
-                                path=_root(request) or "/")  # fmt: skip
-        return response
-
-
 def _root(request: Request) -> str:
-    return str(request.scope.get("root_path", "")).rstrip("/")
+    return root_of(request.scope)
+
+
+def _finalize(value: Any) -> Any:
+    """Every value a template prints: control and bidi characters made visible (ESC,
+    NUL, U+202E...), as the CLI prints them; line breaks and tabs kept for tracebacks."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return escape(value, multiline=True)
+    return value
+
+
+#: What a finished action may report on the failed page: a code, never free text.
+OUTCOMES = {"retried": "retried", "forgot": "forgot"}
 
 
 class Dashboard:
@@ -143,9 +118,18 @@ class Dashboard:
     def __init__(self, app: Any, auth: Auth) -> None:
         self.reader = Reader(app)
         self.auth = auth
+        secret = server_secret(parse_keys(app.settings.key)[0])
+        sessions = (
+            Sessions(self.reader.client, self.reader.prefix, secret, auth.token)
+            if auth.token
+            else None
+        )
+        self.security = Security(auth, AllowedHosts.of(auth), sessions, Csrf(secret),
+                                 LoginThrottle())  # fmt: skip
         self.env = Environment(
             loader=PackageLoader("tidings.dashboard", "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
+            finalize=_finalize,
         )
         self.env.filters.update(when=_when, ago=_ago, ms=_ms)
         self.env.globals.update(plural=_plural, quote=quote)
@@ -154,9 +138,10 @@ class Dashboard:
         self, request: Request, template: str, status: int = 200, **ctx: Any
     ) -> HTMLResponse:
         root = _root(request)
+        state = request.scope.get("state", {})
         html = self.env.get_template(template).render(
-            root=root, csrf=getattr(request.state, "csrf", ""), path=request.url.path,
-            now=time.time(), **ctx,
+            root=root, csrf=state.get("csrf", ""), path=request.url.path, now=time.time(),
+            signed_in=bool(state.get("session")), **ctx,
         )  # fmt: skip
         return HTMLResponse(html, status)
 
@@ -177,11 +162,17 @@ class Dashboard:
         return self.render(request, "workers.html", workers=self.reader.workers())
 
     def failed(self, request: Request) -> HTMLResponse:
-        cls = request.query_params.get("class", "")[:200]
-        text = request.query_params.get("q", "")[:200]
-        rows = self.reader.failed(cls=cls, text=text)
-        done = request.query_params.get("done", "")[:100]
-        return self.render(request, "failed.html", rows=rows, cls=cls, q=text, done=done)
+        q = request.query_params
+        cls, text = q.get("class", "")[:200], q.get("q", "")[:200]
+        after = q.get("after", "")[:1200]
+        page = self.reader.failed_page(cls=cls, text=text, after=after, limit=FAILED_PAGE)
+        done = OUTCOMES.get(q.get("done", ""), "")
+        count = q.get("n", "")
+        n = int(count) if done and count.isdigit() and len(count) <= 9 else 0
+        more = urlencode({k: v for k, v in (("class", cls), ("q", text), ("after", page.next))
+                          if v})  # fmt: skip
+        return self.render(request, "failed.html", page=page, rows=page.rows, cls=cls, q=text,
+                           after=after, done=done, done_n=n, more=more)  # fmt: skip
 
     def failed_one(self, request: Request) -> HTMLResponse:
         detail = self.reader.failed_detail(request.path_params["job_id"])
@@ -209,29 +200,56 @@ class Dashboard:
         return Response(body, media_type=content_type)
 
     def login_form(self, request: Request) -> HTMLResponse:
-        return self.render(request, "login.html", error="")
+        return self.render(request, "login.html", error="", basic=self.auth.basic)
 
     async def login(self, request: Request) -> Response:
-        form = await request.form()
-        token = str(form.get("token", ""))
-        if not self.auth.token or not self.auth.allows(f"Bearer {token}", None):
-            return self.render(request, "login.html", 403, error="wrong token")
+        sec = self.security
+        client = client_of(request.scope)
+        wait = sec.throttle.blocked_for(client)
+        if wait:
+            page = self.render(request, "login.html", 429, basic=self.auth.basic,
+                               error="too many failed sign-ins: try again in a minute")  # fmt: skip
+            page.headers["retry-after"] = str(int(wait) + 1)
+            return page
+        form = await self._form(request)
+        if form is None:
+            return self._refused(request)
+        if sec.sessions is None or not self.auth.check_token_text(form.get("token", "")):
+            sec.throttle.failed(client)
+            return self.render(request, "login.html", 403, error="wrong token",
+                               basic=self.auth.basic)  # fmt: skip
+        session = await run_in_threadpool(sec.sessions.create)
         response = RedirectResponse(_root(request) + "/", 303)
-        response.set_cookie(AUTH_COOKIE, self.auth.cookie_value(), httponly=True,
-                            samesite="strict", secure=request.url.scheme == "https",
-                            path=_root(request) or "/")  # fmt: skip
+        response.headers.append("set-cookie", cookie_header(
+            AUTH_COOKIE, session, path=_root(request) or "/", max_age=SESSION_TTL_S,
+            secure=request.url.scheme == "https"))  # fmt: skip
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        form = await self._form(request)
+        if form is None:
+            return self._refused(request)
+        session = request.cookies.get(AUTH_COOKIE)
+        if session and self.security.sessions is not None:
+            await run_in_threadpool(self.security.sessions.end, session)
+        response = RedirectResponse(_root(request) + "/login", 303)
+        for name in (AUTH_COOKIE, CSRF_COOKIE):
+            response.headers.append("set-cookie", cookie_header(
+                name, "", path=_root(request) or "/", max_age=0,
+                secure=request.url.scheme == "https"))  # fmt: skip
         return response
 
     # -- actions (POST + CSRF) --------------------------------------------------------
 
     async def _form(self, request: Request) -> dict[str, str] | None:
-        origin = request.headers.get("origin")
-        if origin and origin != "null":
-            expected = f"{request.url.scheme}://{request.headers.get('host', '')}"
-            if origin != expected:
-                return None
+        """The form of a state-changing request, or None when its CSRF token is not the
+        one signed for this browser's cookie and session (the guard already refused a
+        foreign or ``null`` Origin)."""
         form = await request.form()
-        if not csrf_ok(request.cookies.get(CSRF_COOKIE), str(form.get("csrf", ""))):
+        state = request.scope.get("state", {})
+        if not self.security.csrf.check(request.cookies.get(CSRF_COOKIE),
+                                        state.get("session", ""),
+                                        str(form.get("csrf", ""))):  # fmt: skip
             return None
         return {k: str(v) for k, v in form.items()}
 
@@ -245,7 +263,7 @@ class Dashboard:
         rq = self.reader.rq
         ids = None if form.get("all") == "1" else [form.get("id", "")]
         n = await run_in_threadpool(rq.retry, ids)
-        return self._back(request, form, f"retried {n}")
+        return self._back(request, "retried", n)
 
     async def forget(self, request: Request) -> Response:
         form = await self._form(request)
@@ -256,10 +274,11 @@ class Dashboard:
             n = await run_in_threadpool(rq.flush)
         else:
             n = await run_in_threadpool(rq.forget, [form.get("id", "")])
-        return self._back(request, form, f"forgot {n}")
+        return self._back(request, "forgot", n)
 
-    def _back(self, request: Request, form: dict[str, str], done: str) -> Response:
-        return RedirectResponse(f"{_root(request)}/failed?{urlencode({'done': done})}", 303)
+    def _back(self, request: Request, outcome: str, n: int) -> Response:
+        query = urlencode({"done": outcome, "n": n})
+        return RedirectResponse(f"{_root(request)}/failed?{query}", 303)
 
 
 def create_app(app: Any, *, auth: Auth | None = None) -> Starlette:
@@ -267,30 +286,38 @@ def create_app(app: Any, *, auth: Auth | None = None) -> Starlette:
 
     Args:
         app: the :class:`tidings.App` whose Redis the dashboard reads.
-        auth: required credentials (default: from ``TIDINGS_DASHBOARD_*``; none
-            configured means no auth, which ``notify-worker dashboard`` allows on
-            loopback only. When you mount it yourself, guard it as you guard your admin).
+        auth: required credentials and the host names the dashboard answers to
+            (default: from ``TIDINGS_DASHBOARD_*``). No credentials means no auth, which
+            ``notify-worker dashboard`` allows on loopback only; the dashboard then
+            answers only to loopback host names and the ``allowed_hosts`` given. When
+            you mount it yourself, guard it as you guard your admin, and name its hosts.
+
+    Raises:
+        ConfigurationError: a weak token, or a malformed allowed host.
     """
     auth = auth if auth is not None else Auth.from_env()
     d = Dashboard(app, auth)
     static = StaticFiles(packages=[("tidings.dashboard", "static")])
     routes = [
         Route("/", d.queues, name="queues"),
-        Route("/queues/{name}", d.queue, name="queue"),
+        # ``:path``: a queue name or job id may hold "/" (linked as %2F, which the
+        # server decodes before routing).
+        Route("/queues/{name:path}", d.queue, name="queue"),
         Route("/workers", d.workers, name="workers"),
         Route("/failed", d.failed, name="failed"),
         Route("/failed/retry", d.retry, methods=["POST"]),
         Route("/failed/forget", d.forget, methods=["POST"]),
-        Route("/failed/{job_id}", d.failed_one, name="failed_one"),
+        Route("/failed/{job_id:path}", d.failed_one, name="failed_one"),
         Route("/batches", d.batches, name="batches"),
         Route("/jobs", d.job, name="jobs"),
-        Route("/jobs/{job_id}", d.job, name="job"),
+        Route("/jobs/{job_id:path}", d.job, name="job"),
         Route("/metrics", d.metrics, name="metrics"),
         Route("/login", d.login_form, methods=["GET"]),
         Route("/login", d.login, methods=["POST"]),
+        Route("/logout", d.logout, methods=["POST"]),
         Mount("/static", static, name="static"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(_Guard, auth=auth)])
+    return Starlette(routes=routes, middleware=[Middleware(Guard, security=d.security)])
 
 
 class PrefixDispatcher:

@@ -31,7 +31,17 @@ import threading
 import urllib.parse
 from collections.abc import Iterable
 
-__all__ = ["REDACTED", "clean", "mask_url", "redact", "register", "registered", "shorten"]
+__all__ = [
+    "REDACTED",
+    "SECRET_KEYS",
+    "clean",
+    "mask_url",
+    "redact",
+    "redact_json",
+    "register",
+    "registered",
+    "shorten",
+]
 
 REDACTED = "[REDACTED]"
 
@@ -172,6 +182,51 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
         for pattern in _PATTERNS:
             text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + REDACTED, text)
     return text
+
+
+#: Keys whose values are credentials whatever they hold (matched case-insensitively,
+#: anywhere in the key: ``smtp_password``, ``X-Api-Key``, ``access_token``...).
+SECRET_KEYS = re.compile(
+    r"(?i)(pass(word|wd)?|secret|token|api[-_]?key|auth|credential|private[-_]?key|cookie|"
+    r"session|signature|\bsig\b|otp|pin\b|card|cvv|iban|ssn)"
+)
+
+
+def redact_json(value: object, secrets: Iterable[str | None] = (), _depth: int = 0) -> object:
+    """A decoded JSON value with its secrets removed, keys as well as values.
+
+    Strings (keys included: ``{"https://bob:pw@h/": 1}`` carries a password in its key)
+    go through :func:`redact`; the value of a key that names a credential (see
+    :data:`SECRET_KEYS`) is replaced whole. Two keys that redact to the same text stay
+    two entries (`` (2)`` is added). Nesting deeper than 50 levels is replaced.
+
+    Args:
+        value: what ``json.loads`` / ``orjson.loads`` returned.
+        secrets: extra strings that must not appear (as for :func:`redact`).
+
+    Returns:
+        A new value of the same shape; ``value`` is not changed.
+    """
+    extra = tuple(secrets)
+    if _depth > 50:
+        return REDACTED
+    if isinstance(value, dict):
+        out: dict[str, object] = {}
+        for key, item in value.items():
+            shown = redact(str(key), extra)
+            if shown in out:
+                n = 2
+                while f"{shown} ({n})" in out:
+                    n += 1
+                shown = f"{shown} ({n})"
+            secret_key = SECRET_KEYS.search(str(key)) is not None
+            out[shown] = REDACTED if secret_key else redact_json(item, extra, _depth + 1)
+        return out
+    if isinstance(value, list):
+        return [redact_json(item, extra, _depth + 1) for item in value]
+    if isinstance(value, str):
+        return redact(value, extra)
+    return value
 
 
 def shorten(text: str, limit: int = 300) -> str:
