@@ -26,9 +26,10 @@ from typing import Any
 import redis.asyncio
 from redis.exceptions import ResponseError
 
+from tidings import _clock
 from tidings.moves.consume import Broker, Reserved
 from tidings.redis import scripts
-from tidings.redis.errors import REDIS_ERRORS, is_transient
+from tidings.redis.errors import REDIS_ERRORS, is_transient, reraise_cancel
 from tidings.redis.keys import QueueKeys
 from tidings.worker.acks import AckBatcher
 from tidings.worker.held import HeldJob, HeldJobs, State
@@ -60,6 +61,7 @@ class Fetcher:
         self.opts = options
         self.keys = list(keys)
         self.broker = broker
+        self.lease_s = broker.lease_ms / 1000.0
         self.held = held
         self.acks = acks
         self.wait = wait
@@ -184,6 +186,7 @@ class Fetcher:
         wait: float | None = None
         n_max = 1 if self.opts.once else free
         for k in self.keys:
+            sent = _clock.monotonic()
             try:
                 res = await self.broker.pop(k, n_max)
             except ResponseError as exc:
@@ -204,12 +207,41 @@ class Fetcher:
                 wait = res.wait_s if wait is None else min(wait, res.wait_s)
             if res.jobs:
                 got = True
-                if await self._take(res.jobs, res.now_s):
+                jobs = await self._fresh(k, res.jobs, sent)
+                if await self._take(jobs, res.now_s):
                     break  # a suspect ran alone: pop again from the first queue
             n_max -= len(res.jobs)
             if n_max <= 0:
                 break
         return got, wait
+
+    async def _fresh(self, k: QueueKeys, jobs: list[Reserved], sent: float) -> list[Reserved]:
+        """The popped ``jobs`` still this worker's. A reply can sit unread for longer
+        than a lease: the pop behind a blocking wait runs on the server even while the
+        worker is frozen (SIGSTOP, a starved VM), and its jobs may have expired and gone
+        to another worker meanwhile. When the reply took more than half a lease to come
+        back, the leases are renewed first (one script call) and the jobs whose token
+        moved on are not started."""
+        if _clock.monotonic() - sent <= self.lease_s / 2:
+            return jobs
+        try:
+            lost = set(await self.broker.extend(k, [(j.id, j.token) for j in jobs]))
+        except (*REDIS_ERRORS, ResponseError) as exc:
+            reraise_cancel()
+            log.warning(
+                "could not check a late pop reply (%s); starting its jobs", short_error(exc)
+            )
+            return jobs
+        if lost:
+            log.warning(
+                "a pop reply on queue %r came back %.1fs late (the worker was frozen or "
+                "starved); %d of its jobs had been handed out again meanwhile and are not "
+                "started here",
+                k.name,
+                _clock.monotonic() - sent,
+                len(lost),
+            )
+        return [j for j in jobs if j.id not in lost]
 
     async def _take(self, jobs: Sequence[Reserved], now_s: float) -> bool:
         """Start the popped ``jobs`` (or give them back when paused or stopping);
@@ -276,6 +308,7 @@ class Fetcher:
         else:
             wait = self.blocking.blpop(notify, timeout=timeout)
         self._waiter = asyncio.ensure_future(wait)
+        sent = _clock.monotonic()
         try:
             raw = await self._waiter
         except asyncio.CancelledError:
@@ -303,7 +336,8 @@ class Fetcher:
         if isinstance(self.wait, SlotWaits) or not self.wait.pipelines or raw is None:
             return None
         res = self.broker.read_pop(self.keys[0], raw)
-        suspect = await self._take(res.jobs, res.now_s)
+        jobs = await self._fresh(self.keys[0], res.jobs, sent) if res.jobs else res.jobs
+        suspect = await self._take(jobs, res.now_s)
         if len(self.keys) > 1 or suspect or self.stopping or self.paused:
             return None
         return bool(res.jobs), res.wait_s
