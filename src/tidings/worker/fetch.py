@@ -157,12 +157,22 @@ class Fetcher:
                     await self._wait_all()
                     break
                 free = self.opts.concurrency - self.held.running
-                if wait == 0 or len(self.keys) > 1 or free <= 0:
-                    continue  # more are ready (pop again), or no slot is free
+                if wait == 0 or len(self.keys) > 1 or free <= 0 or self.opts.stop_when_empty:
+                    # More are ready (pop again), no slot is free, or draining: an empty
+                    # pop, not a blocking wait, tells --stop-when-empty it is done.
+                    continue
                 # The one queue is empty now: wait for more without an empty pop first,
                 # once the jobs just started have run up to their first wait.
                 await asyncio.sleep(0)
             else:
+                if self.opts.stop_when_empty and len(self.held):
+                    # Nothing ready, but this worker's own jobs still run or wait for
+                    # their acks: their ends decide whether the queue is empty, not a
+                    # blocking wait.
+                    await self.held.idle.wait()
+                    await self.acks.flush()
+                    if not len(self.held):
+                        continue
                 # --stop-when-empty waits for delayed and released jobs and for leases
                 # held elsewhere (as Laravel's size() counts them); --once does not.
                 idle = not self.held.running and (wait is None or self.opts.once)

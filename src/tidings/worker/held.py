@@ -102,7 +102,8 @@ class HeldJobs:
         """Forget ``held`` (its ack, release or fail was confirmed, or given up)."""
         if self._jobs.get(held.reserved.id) is held:
             del self._jobs[held.reserved.id]
-            self._count(held.state, None)
+            if held.state is not State.ACKING:  # acking jobs take no slot
+                self._count(held.state, None)
 
     def _count(self, before: State | None, after: State | None) -> None:
         was = before is not None and before is not State.ACKING

@@ -12,7 +12,7 @@ from tidings.jobs.job import Job
 from tidings.wire.envelope import JobBody
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Done:
     """``handle`` returned (or the job was skipped): advance its workflows, then ack."""
 
@@ -23,7 +23,7 @@ class Done:
     as done in its batch, never run, no chain advanced."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Retry:
     """Put the job back, due in ``delay_s``: a retry after an exception (``error``), or
     a release asked for by the job or its middleware (``error`` None)."""
@@ -35,7 +35,7 @@ class Retry:
     """Give the attempt back (limits that are not the job's fault)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Fail:
     """Move the job to the failed store with ``error`` as its reason (``failed()``, a
     chain's catch and a batch's failure count first)."""

@@ -190,9 +190,10 @@ class Worker:
         assert self._settler is not None
         t0 = _clock.monotonic()
         try:
-            self._fault("after_pop")
+            if self.opts.fault_point:
+                self._fault("after_pop")
             outcome = await self.executor.run(held.reserved, now_s)
-            if not isinstance(outcome, Fail):
+            if self.opts.fault_point and not isinstance(outcome, Fail):
                 self._fault("before_ack")
             await self._settler.settle(held, outcome, t0)
         except asyncio.CancelledError:
