@@ -45,6 +45,11 @@ class Supervised:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # A library turned the cancellation into another error (redis-py
+                    # may answer one mid-command with a ConnectionError): not a death.
+                    raise asyncio.CancelledError from None
                 log.exception("worker task %r died", name)
             now = _clock.monotonic()
             deaths = [t for t in deaths if now - t < WINDOW_S] + [now]
