@@ -47,8 +47,8 @@ def _version() -> str:
 
 
 def _caller() -> tuple[str | None, str | None]:
-    """The top-level package of the code that created the App, and the directory that
-    holds that package (or script): where its embedded ``.tidings`` goes."""
+    """The top-level package of the code that created the App, and the directory of its
+    module (or script): where its embedded ``.tidings`` goes."""
     frame = sys._getframe(2)
     while frame is not None:
         name = str(frame.f_globals.get("__name__", ""))
@@ -64,16 +64,12 @@ def _caller() -> tuple[str | None, str | None]:
 
 
 def _anchor(file: object, module: str) -> str | None:
-    """The directory holding the top-level package of ``module`` (defined in ``file``)."""
+    """The directory of the module (or script) ``file`` that created the App: every
+    process that creates the App from that file, however it was imported or from
+    whichever directory, finds the same embedded ``.tidings`` there."""
     if not isinstance(file, str) or not file:
         return None
-    path = Path(file).resolve().parent
-    if module != "__main__":
-        for _ in range(module.count(".")):
-            path = path.parent
-        if Path(file).name == "__init__.py":
-            path = path.parent
-    return str(path)
+    return str(Path(file).resolve().parent)
 
 
 def _register_secrets(settings: Settings) -> None:
@@ -113,7 +109,7 @@ class App:
         connections: extra named Redis URLs for ``on_connection(name)``.
         env: read settings from the environment as well (``from_env`` sets it).
         home: the embedded directory (the embedded Redis, its key, the mail outbox);
-            else ``TIDINGS_HOME``, else ``.tidings`` beside the package (or script)
+            else ``TIDINGS_HOME``, else ``.tidings`` beside the module (or script)
             that creates the App (``anchor`` names another directory to put it in).
         given_in: how errors name where ``options`` came from (``settings.TIDINGS``).
     """

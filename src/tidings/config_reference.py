@@ -103,7 +103,7 @@ MEANINGS: dict[str, str] = {
     "home": (
         "the embedded directory (embedded Redis, its key, the mail outbox, the default "
         "SQLite file); also `TIDINGS_HOME`. Unset: `BASE_DIR/.tidings` under Django, else "
-        "`.tidings` beside the package (or script) that creates the App, whatever the "
+        "`.tidings` beside the module (or script) that creates the App, whatever the "
         "current directory"
     ),
     "mail_allow_test_domains": (

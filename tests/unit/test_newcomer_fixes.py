@@ -91,10 +91,11 @@ def test_the_embedded_directory_is_anchored(tmp_path: Path, monkeypatch: pytest.
     assert home_dir(None, {"TIDINGS_HOME": "/var/t"}, anchor="/srv/app")[0] == Path("/var/t")
     assert home_dir("/x/h", {"TIDINGS_HOME": "/var/t"})[0] == Path("/x/h")
     assert home_dir(None, {})[0] == tmp_path / ".tidings"
-    # An App made in this module: the directory holding its top-level package (the repo).
+    # An App made in this module: the directory of this module, whatever the cwd.
     app = App(env=False, redis_url="redis://127.0.0.1:1/0", key=KEY)
-    assert app.settings.home == str(ROOT / ".tidings")
-    assert app.settings.mail_url == f"file://{ROOT / '.tidings' / 'outbox'}"
+    here = Path(__file__).resolve().parent / ".tidings"
+    assert app.settings.home == str(here) and app.settings.where("home") == f"beside {here.parent}"
+    assert app.settings.mail_url == f"file://{here / 'outbox'}"
 
 
 def test_an_operator_command_never_starts_an_embedded_server(tmp_path: Path) -> None:
