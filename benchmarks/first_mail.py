@@ -5,7 +5,13 @@ temporary directory, create a venv, ``pip install -e '.[EXTRA]'``, then type the
 example README's commands (embedded Redis, mail to ``./.tidings/outbox``) and stop the
 clock when the first ``.eml`` file appears. Prints each command with its duration.
 
-    python benchmarks/first_mail.py [django fastapi flask]
+    python benchmarks/first_mail.py [--ref REF] [--smtp] [django fastapi flask]
+
+``--ref REF`` checks out that commit of the clone (``--ref main`` for "before", the
+branch for "after"). ``--smtp`` runs the "after" newcomer path of issue 22 instead of
+the outbox: a local SMTP sink (aiosmtpd on loopback, in this process) named only by
+the framework's own mail settings (Django's ``EMAIL_HOST``/``EMAIL_PORT``; for FastAPI
+and Flask ``TIDINGS_MAIL_URL``), and the clock stops when the sink has the mail.
 
 pip uses its usual cache and index; the install time depends on both (say which in a
 report). Every process it starts is stopped by pid before it exits.
@@ -78,9 +84,33 @@ def _step(label: str, cmd: str, cwd: Path, env: dict[str, str]) -> float:
     return took
 
 
-def run(name: str) -> float:
+class _Sink:
+    """aiosmtpd on loopback, counting messages (only with --smtp)."""
+
+    def __init__(self) -> None:
+        from aiosmtpd.controller import Controller
+
+        self.messages = 0
+        sink = self
+
+        class Handler:
+            async def handle_DATA(self, server: object, session: object, envelope: object) -> str:
+                sink.messages += 1
+                return "250 OK"
+
+        self.port = _port()
+        self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port)
+        self.controller.start()
+
+    def stop(self) -> None:
+        self.controller.stop()
+
+
+def run(name: str, ref: str | None = None, smtp: bool = False) -> float:
     folder, commands = EXAMPLES[name]
-    print(f"{name}: examples/{folder}")
+    where = (f" at {ref}" if ref else "") + (" (SMTP)" if smtp else "")
+    print(f"{name}: examples/{folder}{where}")
+    sink = _Sink() if smtp else None
     servers: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="tidings-first-mail-") as tmp:
         checkout = Path(tmp) / "tidings"
@@ -90,10 +120,20 @@ def run(name: str) -> float:
         t0 = time.monotonic()
         try:
             _step("", f"git clone -q {ROOT} {checkout}", Path(tmp), env)
+            if ref:
+                _step("", f"git checkout -q {ref}", checkout, env)
             _step("", f"{sys.executable} -m venv .venv", checkout, env)
             _step("", f".venv/bin/pip install -q -e '.[{name}]'", checkout, env)
             cwd = checkout / "examples" / folder
             port = _port()
+            if sink is not None:
+                if name == "django":  # Django's own settings name the SMTP server
+                    settings = cwd / "djsite" / "settings.py"
+                    settings.write_text(settings.read_text() + (
+                        f"\nEMAIL_HOST = '127.0.0.1'\nEMAIL_PORT = {sink.port}\n"
+                        "DEFAULT_FROM_EMAIL = 'shop@example.org'\n"))  # fmt: skip
+                else:
+                    env["TIDINGS_MAIL_URL"] = f"smtp://127.0.0.1:{sink.port}?tls=off"
             for template in commands:
                 cmd = template.format(port=port)
                 if cmd.startswith("&"):
@@ -109,12 +149,17 @@ def run(name: str) -> float:
                 else:
                     _step("", cmd, cwd, env)
             outbox = cwd / ".tidings" / "outbox"
-            while not any(outbox.glob("*.eml")):
+            deadline = time.monotonic() + 60
+            while not (sink.messages if sink is not None else any(outbox.glob("*.eml"))):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("no mail arrived in 60 s")
                 time.sleep(0.05)
             total = time.monotonic() - t0
             print(f"  {total:6.1f} s  total: fresh checkout to a delivered mail\n")
             return total
         finally:
+            if sink is not None:
+                sink.stop()
             for proc in servers:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
@@ -126,5 +171,12 @@ def run(name: str) -> float:
 
 
 if __name__ == "__main__":
-    for example in sys.argv[1:] or list(EXAMPLES):
-        run(example)
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ref", default=None, help="commit to check out (before/after)")
+    parser.add_argument("--smtp", action="store_true", help="deliver to a local SMTP sink")
+    parser.add_argument("examples", nargs="*", default=list(EXAMPLES))
+    args = parser.parse_args()
+    totals = {example: run(example, args.ref, args.smtp) for example in args.examples}
+    print("summary: " + ", ".join(f"{k} {v:.1f} s" for k, v in totals.items()))

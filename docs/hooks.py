@@ -12,8 +12,10 @@ MARKER = "<!-- tidings:config-reference -->"
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    from tidings.config_reference import BEGIN, markdown_table, render_page
+
+    if BEGIN in markdown:  # docs/configuration.md: the committed table, regenerated
+        return render_page(markdown)
     if MARKER not in markdown:
         return markdown
-    from tidings.config_reference import markdown_table
-
     return markdown.replace(MARKER, markdown_table())

@@ -46,18 +46,30 @@ def _version() -> str:
     return __version__
 
 
-def _caller_package() -> str | None:
-    """The top-level package of the code that created the App."""
+def _caller() -> tuple[str | None, str | None]:
+    """The top-level package of the code that created the App, and the directory of its
+    module (or script): where its embedded ``.tidings`` goes."""
     frame = sys._getframe(2)
     while frame is not None:
         name = str(frame.f_globals.get("__name__", ""))
-        if not name.startswith("tidings") and name != "__main__":
-            return name.partition(".")[0] or None
-        if name == "__main__":
-            spec = frame.f_globals.get("__spec__")
-            return spec.name.partition(".")[0] if spec is not None else None
+        if not (name == "tidings" or name.startswith("tidings.")):
+            if name == "__main__":
+                spec = frame.f_globals.get("__spec__")
+                package = spec.name.partition(".")[0] if spec is not None else None
+            else:
+                package = name.partition(".")[0] or None
+            return package, _anchor(frame.f_globals.get("__file__"), name)
         frame = frame.f_back  # type: ignore[assignment]
-    return None
+    return None, None
+
+
+def _anchor(file: object, module: str) -> str | None:
+    """The directory of the module (or script) ``file`` that created the App: every
+    process that creates the App from that file, however it was imported or from
+    whichever directory, finds the same embedded ``.tidings`` there."""
+    if not isinstance(file, str) or not file:
+        return None
+    return str(Path(file).resolve().parent)
 
 
 def _register_secrets(settings: Settings) -> None:
@@ -96,11 +108,31 @@ class App:
             as the ``TIDINGS_*`` variables of the same name (keywords win).
         connections: extra named Redis URLs for ``on_connection(name)``.
         env: read settings from the environment as well (``from_env`` sets it).
+        home: the embedded directory (the embedded Redis, its key, the mail outbox);
+            else ``TIDINGS_HOME``, else ``.tidings`` beside the module (or script)
+            that creates the App (``anchor`` names another directory to put it in).
+        given_in: how errors name where ``options`` came from (``settings.TIDINGS``).
     """
 
-    def __init__(self, *, env: bool = True, home: str | Path = ".tidings", **options: Any) -> None:
+    def __init__(
+        self,
+        *,
+        env: bool = True,
+        home: str | Path | None = None,
+        anchor: str | Path | None = None,
+        given_in: str = "App(...)",
+        labels: dict[str, str] | None = None,
+        **options: Any,
+    ) -> None:
+        package, caller_dir = _caller()
         self.settings = Settings.resolve(
-            options, None if env else {}, home=Path(home), app_package=_caller_package()
+            options,
+            None if env else {},
+            home=home,
+            anchor=anchor or caller_dir,
+            app_package=package,
+            given_in=given_in,
+            labels=labels,
         )
         # Envelopes bind the key prefix: another app on this Redis with the same key
         # but its own prefix does not run this app's jobs (tidings.wire.envelope).

@@ -1,7 +1,8 @@
 """App settings from keywords or the environment.
 
 Every setting has an ``App(...)`` keyword and a ``TIDINGS_*`` variable of the same name
-(upper case). Keywords win over the environment.
+(upper case). Keywords win over the environment. ``Settings.sources`` records where
+each value was read from, so an error can name the place that fixes it.
 """
 
 from __future__ import annotations
@@ -9,10 +10,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from tidings.errors import ConfigurationError
-from tidings.ops.embedded import embedded_key, ensure_embedded
+from tidings.ops.embedded import embedded_key, ensure_embedded, home_dir
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -24,6 +24,7 @@ class Settings:
     redis_url: str
     key: str
     mail_url: str = "file://./.tidings/outbox"
+    """Unset: ``file://HOME/outbox`` (the embedded directory's outbox)."""
     mail_from: str = "tidings@localhost"
     sms_url: str = "log://"
     webhook_secret: str | None = None
@@ -50,6 +51,23 @@ class Settings:
     returns; 0: none (asynchronous replication, the Redis default)."""
     wait_replicas_timeout: float = 0.1
     """Seconds a push waits for those confirmations before raising QueueUnavailable."""
+    notification_tries: int = 5
+    """Tries of a queued notification that sets no ``tries``, for transient channel
+    errors (an SMTP 4xx, a dropped connection, an HTTP 429/5xx); other errors fail at once."""
+    notification_backoff: float = 1.0
+    """Delay before the first retry of such a notification (s); it doubles per attempt,
+    with jitter, up to ``notification_backoff_max``."""
+    notification_backoff_max: float = 60.0
+    """Longest delay between two tries of such a notification (s)."""
+    home: str = ""
+    """The embedded directory: the embedded Redis, its key, the mail outbox."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """Where each setting that was given came from (``where()`` words it)."""
+
+    def where(self, name: str) -> str:
+        """Where setting ``name`` was read from, in words (``settings.TIDINGS['key']``,
+        ``the environment variable TIDINGS_KEY``, ``the default``)."""
+        return self.sources.get(name, "the default")
 
     @classmethod
     def resolve(
@@ -57,29 +75,62 @@ class Settings:
         options: Mapping[str, object],
         env: Mapping[str, str] | None = None,
         *,
-        home: Path = Path(".tidings"),
+        home: str | os.PathLike[str] | None = None,
+        anchor: str | os.PathLike[str] | None = None,
         app_package: str | None = None,
+        given_in: str = "App(...)",
+        labels: Mapping[str, str] | None = None,
     ) -> Settings:
-        """Merge keyword ``options`` over ``env`` (``os.environ`` by default)."""
+        """Merge keyword ``options`` over ``env`` (``os.environ`` by default).
+
+        Args:
+            home: the embedded directory, when given explicitly.
+            anchor: the directory the embedded ``.tidings`` goes in otherwise (Django's
+                ``BASE_DIR``, the directory of the App's module); see
+                :func:`tidings.ops.embedded.home_dir`.
+            given_in: how error messages name ``options`` (``settings.TIDINGS``).
+            labels: a name for where single options came from, over ``given_in``
+                (``Django's EMAIL_* settings``).
+        """
         env = os.environ if env is None else env
+        sources: dict[str, str] = {}
+
+        def label(name: str) -> str:
+            if labels and name in labels:
+                return labels[name]
+            if given_in.endswith("(...)"):
+                return f"{given_in[:-4]}{name}=...)"
+            return f"{given_in}[{name!r}]"
 
         def get(name: str) -> object | None:
             if options.get(name) is not None:
+                sources[name] = label(name)
                 return options[name]
             value = env.get(f"TIDINGS_{name.upper()}")
-            return value if value not in (None, "") else None
+            if value not in (None, ""):
+                sources[name] = f"the environment variable TIDINGS_{name.upper()}"
+                return value
+            return None
 
-        url = get("redis_url") or env.get("REDIS_URL") or None
+        url = get("redis_url")
+        if url is None and env.get("REDIS_URL"):
+            url = env["REDIS_URL"]
+            sources["redis_url"] = "the environment variable REDIS_URL"
         embedded = url is None
+        explicit_home = options.get("home") if home is None else home
+        home_path, home_from = home_dir(explicit_home, env, anchor=anchor)  # type: ignore[arg-type]
+        sources["home"] = home_from
         if embedded:
-            url = ensure_embedded(home)
+            url = ensure_embedded(home_path)
         key = get("key")
         if key is None:
             if not embedded:
                 raise ConfigurationError(
-                    "TIDINGS_KEY (or App(key=...)) is required when TIDINGS_REDIS_URL is set"
+                    f"no signing key: one is required with a Redis URL (redis_url came from "
+                    f"{sources['redis_url']}); set {label('key')} or the environment "
+                    "variable TIDINGS_KEY (the same key on every producer and worker)"
                 )
-            key = embedded_key(home)
+            key = embedded_key(home_path)
         allowed = get("allowed_modules")
         if isinstance(allowed, str):
             modules = tuple(m.strip() for m in allowed.split(",") if m.strip())
@@ -90,41 +141,41 @@ class Settings:
         if "tidings" not in modules:
             modules = (*modules, "tidings")
         settings = cls(redis_url=str(url), key=str(key), allowed_modules=modules, embedded=embedded)
-        settings.database_url = f"sqlite:///{home / 'notifications.sqlite3'}"
+        settings.home = str(home_path)
+        settings.sources = sources
+        settings.database_url = f"sqlite:///{home_path / 'notifications.sqlite3'}"
+        settings.mail_url = f"file://{home_path / 'outbox'}"
         names = ("mail_url", "mail_from", "sms_url", "webhook_secret", "prefix", "templates")
         for name in (*names, "schedule_timezone", "database_url", "slack_url", "encryption_key"):
             value = get(name)
             if value is not None:
                 setattr(settings, name, str(value))
-        for name in ("retry_after",):
+        for name in ("retry_after", "notification_backoff", "notification_backoff_max"):
             value = get(name)
             if value is not None:
-                settings.retry_after = _number(name, value)
-        value = get("wait_replicas")
-        if value is not None:
-            n = _number("wait_replicas", value)
-            if n < 0 or n != int(n):
-                raise ConfigurationError(
-                    f"TIDINGS_WAIT_REPLICAS must be a whole number >= 0, not {value!r}"
-                )
-            settings.wait_replicas = int(n)
+                setattr(settings, name, _number(name, value, sources))
+        for name in ("wait_replicas", "notification_tries"):
+            value = get(name)
+            if value is not None:
+                n = _number(name, value, sources)
+                if n < 0 or n != int(n):
+                    raise ConfigurationError(
+                        f"TIDINGS_{name.upper()} must be a whole number >= 0, not {value!r} "
+                        f"(read from {sources[name]})"
+                    )
+                setattr(settings, name, int(n))
         value = get("wait_replicas_timeout")
         if value is not None:
-            settings.wait_replicas_timeout = _number("wait_replicas_timeout", value)
+            settings.wait_replicas_timeout = _number("wait_replicas_timeout", value, sources)
             if settings.wait_replicas_timeout <= 0:
                 raise ConfigurationError(
-                    f"TIDINGS_WAIT_REPLICAS_TIMEOUT must be positive seconds, not {value!r}"
+                    f"TIDINGS_WAIT_REPLICAS_TIMEOUT must be positive seconds, not {value!r} "
+                    f"(read from {sources['wait_replicas_timeout']})"
                 )
         value = get("max_payload_bytes")
         if value is not None:
-            settings.max_payload_bytes = int(_number("max_payload_bytes", value))
-        value = get("webhook_allow_private")
-        if value is not None:
-            settings.webhook_allow_private = value is True or str(value).lower() in _TRUE
-        value = get("metrics")
-        if value is not None:
-            settings.metrics = value is True or str(value).lower() in _TRUE
-        for name in ("after_commit", "mail_allow_test_domains"):
+            settings.max_payload_bytes = int(_number("max_payload_bytes", value, sources))
+        for name in ("webhook_allow_private", "metrics", "after_commit", "mail_allow_test_domains"):
             value = get(name)
             if value is not None:
                 setattr(settings, name, value is True or str(value).lower() in _TRUE)
@@ -132,7 +183,8 @@ class Settings:
         if value is not None:
             if str(value) not in ("fail", "skip"):
                 raise ConfigurationError(
-                    f"TIDINGS_MISSING_MODELS must be 'fail' or 'skip', not {value!r}"
+                    f"TIDINGS_MISSING_MODELS must be 'fail' or 'skip', not {value!r} "
+                    f"(read from {sources['missing_models']})"
                 )
             settings.missing_models = str(value)
         value = get("encrypt")
@@ -142,12 +194,17 @@ class Settings:
         if isinstance(conns, Mapping):
             settings.connections = {str(k): str(v) for k, v in conns.items()}
         if settings.retry_after <= 0:
-            raise ConfigurationError("retry_after must be positive")
+            raise ConfigurationError(
+                f"retry_after must be positive (read from {settings.where('retry_after')})"
+            )
         return settings
 
 
-def _number(name: str, value: object) -> float:
+def _number(name: str, value: object, sources: Mapping[str, str]) -> float:
     try:
         return float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError) as exc:
-        raise ConfigurationError(f"{name} must be a number, not {value!r}") from exc
+        where = sources.get(name, "the default")
+        raise ConfigurationError(
+            f"{name} must be a number, not {value!r} (read from {where})"
+        ) from exc

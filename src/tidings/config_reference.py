@@ -16,23 +16,29 @@ import dataclasses
 from tidings.config import Settings
 
 # Settings that are resolved but not set by users.
-INTERNAL = frozenset({"embedded"})
+INTERNAL = frozenset({"embedded", "sources"})
 
 MEANINGS: dict[str, str] = {
     "redis_url": (
         "`redis://`, `rediss://` (`?ssl_ca_certs=`), `unix://`, `redis+cluster://`, "
         "`redis+sentinel://host:26379/SERVICE`; `REDIS_URL` is read too. Unset: an "
-        "embedded redis-server under `./.tidings/`"
+        "embedded redis-server in the `home` directory (a development default; operator "
+        "commands never start one)"
     ),
     "key": (
         "signing key(s), comma-separated (the first signs, all verify); required with "
-        "`redis_url`; generated into `./.tidings/key` for the embedded Redis"
+        "`redis_url`; generated into `HOME/key` for the embedded Redis"
     ),
     "mail_url": (
         "`smtp://user:pass@host:587` (STARTTLS), `smtps://…:465`, `file:///dir` (.eml "
-        "files), `log://`; `?tls=required|off`, `?ca=`, `?local_hostname=`, `?pool=N`"
+        "files), `log://`; `?tls=required|off`, `?ca=`, `?local_hostname=`, `?pool=N`. "
+        "Unset: Django's `EMAIL_*` settings under Django when the project sets any, else "
+        "files in `HOME/outbox` (a worker on a real Redis warns of it at start)"
     ),
-    "mail_from": "default sender, `Name <addr>` allowed",
+    "mail_from": (
+        "default sender, `Name <addr>` allowed; under Django, `DEFAULT_FROM_EMAIL` when "
+        "the project sets it"
+    ),
     "sms_url": "`twilio://SID:TOKEN@default?from=…`, `vonage://KEY:SECRET@default?from=…`, `log://`",
     "webhook_secret": "`whsec_…` Standard Webhooks key (unset: webhooks unsigned, a warning)",
     "allowed_modules": (
@@ -82,10 +88,36 @@ MEANINGS: dict[str, str] = {
         "`fail` or `skip`: what becomes of a job whose model argument's row is gone "
         "(`delete_when_missing_models = True` on a class wins)"
     ),
+    "notification_tries": (
+        "tries of a queued notification that sets no `tries` of its own, for transient "
+        "channel errors (SMTP 4xx or a dropped connection, HTTP 429/5xx, timeouts); "
+        "permanent errors (an invalid address, HTTP 4xx, SMTP 5xx) and other exceptions "
+        "fail at once. `1`: no retry"
+    ),
+    "notification_backoff": (
+        "seconds before the first retry of such a notification; doubled per attempt with "
+        "jitter (half to all of it), up to `notification_backoff_max`; a notification's "
+        "own `backoff` wins"
+    ),
+    "notification_backoff_max": "longest wait between two tries of such a notification (s)",
+    "home": (
+        "the embedded directory (embedded Redis, its key, the mail outbox, the default "
+        "SQLite file); also `TIDINGS_HOME`. Unset: `BASE_DIR/.tidings` under Django, else "
+        "`.tidings` beside the module (or script) that creates the App, whatever the "
+        "current directory"
+    ),
     "mail_allow_test_domains": (
         "`1` accepts test recipients such as `dev@myapp.test` and `root@localhost` "
         "(development and test suites only)"
     ),
+}
+
+
+# Defaults resolved at start (relative to the embedded directory), shown as such.
+SHOWN_DEFAULTS = {
+    "mail_url": "file://HOME/outbox",
+    "database_url": "sqlite:///HOME/notifications.sqlite3",
+    "home": "see meaning",
 }
 
 
@@ -101,6 +133,7 @@ def settings() -> list[tuple[str, str, str, str]]:
             default = repr(f.default_factory())
         else:
             default = "see meaning"
+        default = SHOWN_DEFAULTS.get(f.name, default)
         meaning = MEANINGS.get(f.name, "(undocumented: add it to tidings.config_reference)")
         rows.append((f.name, f"TIDINGS_{f.name.upper()}", default, meaning))
     return rows
@@ -112,6 +145,17 @@ def undocumented() -> list[str]:
     return [n for n in names if n not in MEANINGS and n not in INTERNAL]
 
 
+BEGIN = "<!-- tidings:config-reference:begin (generated: python -m tidings.config_reference) -->"
+END = "<!-- tidings:config-reference:end -->"
+
+
+def render_page(text: str) -> str:
+    """``text`` (docs/configuration.md) with the table between its markers regenerated."""
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    return f"{head}{BEGIN}\n{markdown_table()}\n{END}{tail}"
+
+
 def markdown_table() -> str:
     """The reference as a Markdown table."""
     lines = ["| `App(...)` keyword | variable | default | meaning |", "|---|---|---|---|"]
@@ -119,3 +163,11 @@ def markdown_table() -> str:
         cell, text = default.replace("|", "\\|"), meaning.replace("|", "\\|")
         lines.append(f"| `{name}` | `{env}` | `{cell}` | {text} |")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m tidings.config_reference [PAGE]: regenerate the page
+    import sys
+    from pathlib import Path
+
+    page = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/configuration.md")
+    page.write_text(render_page(page.read_text()))

@@ -8,6 +8,16 @@
 
 Each is also a pytest fixture (``fake_events``, ``fake_queue``, ``fake_notifications``)
 acting on the current App, registered through the ``pytest11`` entry point.
+
+Every ``assert_*`` takes a predicate. Queued listeners are pushed as
+:class:`~tidings.events.call_queued.CallQueuedListener` jobs; name the listener class
+(or ``@queued`` function) itself to assert on them: ``queue.assert_not_pushed(SendWelcome)``.
+
+The fakes follow transactions as the real pushes do: a push with ``after_commit`` made
+inside a transaction is recorded when it commits and never after a rollback
+(``follow_transactions=False`` records it at once). Under pytest-django, commit
+callbacks run only inside ``django_capture_on_commit_callbacks(execute=True)`` (or a
+``transaction=True`` test).
 """
 
 from __future__ import annotations
@@ -17,10 +27,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tidings.events.listener import ShouldQueue
+from tidings.events.call_queued import CallQueuedListener
+from tidings.events.listener import Listener, QueuedFunction, ShouldQueue
 from tidings.events.testing import FakeDispatcher, fake_events
-from tidings.jobs.job import Job, PendingDispatch
+from tidings.jobs.job import Job, PendingDispatch, option
 from tidings.notifications.notification import AnonymousNotifiable, Notification
+from tidings.wire.serializer import class_path
 
 __all__ = [
     "FakeDispatcher",
@@ -36,6 +48,35 @@ def _name(cls: type[Any]) -> str:
     return cls.__qualname__
 
 
+JobKind = type[Job] | type[Listener] | QueuedFunction | Callable[..., Any]
+"""What the queue fake's asserts take: a job class, or a queued listener class or
+``@queued`` function (matched against the CallQueuedListener jobs that run it)."""
+
+
+def _is_kind(job: Job, kind: Any) -> bool:
+    """Whether ``job`` is of ``kind``: an instance of a job class, or the
+    CallQueuedListener of a listener class / queued function."""
+    if isinstance(kind, type) and issubclass(kind, Job):
+        return isinstance(job, kind)
+    if not isinstance(job, CallQueuedListener):
+        return False
+    target = getattr(job, "_target", None)
+    if target is not None and (target is kind or getattr(target, "fn", None) is kind):
+        return True
+    if isinstance(kind, QueuedFunction):
+        return job.listener == kind.path
+    if isinstance(kind, type):
+        try:
+            return job.listener == class_path(kind)
+        except Exception:
+            return False
+    return False
+
+
+def _kind_name(kind: Any) -> str:
+    return str(getattr(kind, "__qualname__", None) or getattr(kind, "path", None) or kind)
+
+
 class FakeQueue:
     """Records pushed jobs instead of sending them to Redis."""
 
@@ -43,70 +84,114 @@ class FakeQueue:
         self.pushed: list[PendingDispatch] = []
         self._ids = itertools.count(1)
 
-    def record(self, pending: PendingDispatch) -> str:
-        self.pushed.append(pending)
+    def new_id(self) -> str:
+        """The next fake job id."""
         return f"fake-{next(self._ids)}"
 
-    def jobs(self, cls: type[Job] | None = None) -> list[Job]:
-        """Pushed jobs, of class ``cls`` when given."""
-        return [p.job for p in self.pushed if cls is None or isinstance(p.job, cls)]
+    def record(self, pending: PendingDispatch, job_id: str | None = None) -> str:
+        """Record a push; returns its fake id."""
+        self.pushed.append(pending)
+        return job_id or self.new_id()
+
+    def jobs(self, cls: JobKind | None = None) -> list[Job]:
+        """Pushed jobs, of ``cls`` when given (a job class, or a queued listener class or
+        function: the CallQueuedListener jobs that run it)."""
+        return [p.job for p in self.pushed if cls is None or _is_kind(p.job, cls)]
+
+    def _found(self, cls: JobKind | None, predicate: Callable[[Any], bool] | None) -> list[Job]:
+        return [j for j in self.jobs(cls) if predicate is None or predicate(j)]
+
+    def _names(self) -> list[str]:
+        return [
+            p.job.listener if isinstance(p.job, CallQueuedListener) else type(p.job).__qualname__
+            for p in self.pushed
+        ]
 
     def assert_pushed(
         self,
-        cls: type[Job],
+        cls: JobKind,
         predicate: Callable[[Any], bool] | None = None,
         times: int | None = None,
     ) -> None:
-        """Assert a job of ``cls`` (matching ``predicate``) was pushed (``times`` times)."""
-        found = [j for j in self.jobs(cls) if predicate is None or predicate(j)]
+        """Assert a job of ``cls`` (matching ``predicate(job)``) was pushed (``times``
+        times); ``cls`` may be a queued listener class or function."""
+        found = self._found(cls, predicate)
         if not found or (times is not None and len(found) != times):
-            names = [type(p.job).__qualname__ for p in self.pushed]
             want = f"{times} time(s)" if times is not None else "at least once"
             raise AssertionError(
-                f"{_name(cls)} pushed {len(found)} time(s), expected {want}; pushed: {names}"
+                f"{_kind_name(cls)} pushed {len(found)} time(s), expected {want}; "
+                f"pushed: {self._names()}"
             )
 
     def assert_pushed_on(
-        self, queue: str, cls: type[Job], predicate: Callable[[Any], bool] | None = None
+        self, queue: str, cls: JobKind, predicate: Callable[[Any], bool] | None = None
     ) -> None:
-        """Assert a job of ``cls`` was pushed on ``queue``."""
+        """Assert a job of ``cls`` (matching ``predicate(job)``) was pushed on ``queue``."""
         for p in self.pushed:
             on = p.queue or getattr(p.job.option_source(), "queue", None) or "default"
-            if isinstance(p.job, cls) and on == queue and (predicate is None or predicate(p.job)):
+            if on == queue and _is_kind(p.job, cls) and (predicate is None or predicate(p.job)):
                 return
-        raise AssertionError(f"{_name(cls)} was not pushed on {queue!r}")
+        raise AssertionError(f"{_kind_name(cls)} was not pushed on {queue!r}")
 
-    def assert_not_pushed(self, cls: type[Job]) -> None:
-        """Assert no job of ``cls`` was pushed."""
-        if self.jobs(cls):
-            raise AssertionError(f"{_name(cls)} was pushed {len(self.jobs(cls))} time(s)")
+    def assert_not_pushed(
+        self, cls: JobKind, predicate: Callable[[Any], bool] | None = None
+    ) -> None:
+        """Assert no job of ``cls`` (matching ``predicate(job)``) was pushed; ``cls`` may
+        be a queued listener class or function ("listener X was not queued")."""
+        found = self._found(cls, predicate)
+        if found:
+            raise AssertionError(f"{_kind_name(cls)} was pushed {len(found)} time(s)")
 
-    def assert_nothing_pushed(self) -> None:
-        """Assert no job at all was pushed."""
-        if self.pushed:
-            raise AssertionError(
-                f"jobs were pushed: {[type(p.job).__qualname__ for p in self.pushed]}"
-            )
+    def assert_count(self, n: int, predicate: Callable[[Any], bool] | None = None) -> None:
+        """Assert ``n`` jobs (matching ``predicate(job)``) were pushed."""
+        found = self._found(None, predicate)
+        if len(found) != n:
+            raise AssertionError(f"{len(found)} jobs pushed, expected {n}: {self._names()}")
+
+    def assert_nothing_pushed(self, predicate: Callable[[Any], bool] | None = None) -> None:
+        """Assert no job at all (none matching ``predicate(job)``) was pushed."""
+        if self._found(None, predicate):
+            raise AssertionError(f"jobs were pushed: {self._names()}")
+
+
+def _deferrer(app: Any, source: Any, follow: bool) -> Callable[[Callable[[], object]], None] | None:
+    """Where the real App would hold a push with options from ``source`` until commit."""
+    if not follow:
+        return None
+    from tidings import after_commit
+
+    wanted = option(source, "after_commit")
+    if not (app.settings.after_commit if wanted is None else wanted):
+        return None
+    return after_commit.deferrer()
 
 
 @contextmanager
-def fake_queue(app: Any = None) -> Iterator[FakeQueue]:
-    """Swap the app's pushes for a recorder for the duration of the block."""
+def fake_queue(app: Any = None, *, follow_transactions: bool = True) -> Iterator[FakeQueue]:
+    """Swap the app's pushes for a recorder for the duration of the block.
+
+    Args:
+        follow_transactions: record an ``after_commit`` push made in a transaction when
+            it commits (none on rollback), as Redis would see it; False: at once.
+    """
     from tidings.app import App
 
     app = app or App.current()
     fake = FakeQueue()
 
     def push(pending: PendingDispatch) -> str:
-        return fake.record(pending)
+        defer = _deferrer(app, pending.job.option_source(), follow_transactions)
+        if defer is None:
+            return fake.record(pending)
+        job_id = fake.new_id()
+        defer(lambda: fake.record(pending, job_id))
+        return job_id
 
     async def push_async(pending: PendingDispatch) -> str:
-        return fake.record(pending)
+        return push(pending)
 
     def many(jobs: Any, **_: Any) -> list[str]:
-        return [
-            fake.record(j if isinstance(j, PendingDispatch) else PendingDispatch(j)) for j in jobs
-        ]
+        return [push(j if isinstance(j, PendingDispatch) else PendingDispatch(j)) for j in jobs]
 
     async def many_async(jobs: Any, **_: Any) -> list[str]:
         return many(jobs)
@@ -130,9 +215,11 @@ def fake_queue(app: Any = None) -> Iterator[FakeQueue]:
 class FakeNotifications:
     """Records notifications instead of sending or queueing them."""
 
-    def __init__(self, real: Any) -> None:
+    def __init__(self, real: Any, app: Any = None, *, follow_transactions: bool = True) -> None:
         self.channels = real.channels
         self.sent: list[tuple[Any, Notification, list[str]]] = []
+        self._app = app
+        self._follow = follow_transactions
 
     def _record(
         self, notifiables: Any, notification: Notification, channels: list[str] | None = None
@@ -144,11 +231,21 @@ class FakeNotifications:
             self.sent.append((n, notification, channels or notification.via(n)))
         return []
 
+    def _queue(self, notifiables: Any, notification: Notification) -> list[str]:
+        """A queued notification: recorded when its transaction commits (after_commit)."""
+        defer = None
+        if self._app is not None and isinstance(notification, ShouldQueue):
+            defer = _deferrer(self._app, notification, self._follow)
+        if defer is None:
+            return self._record(notifiables, notification)
+        defer(lambda: self._record(notifiables, notification))
+        return []
+
     def send(self, notifiables: Any, notification: Notification) -> list[str]:
-        return self._record(notifiables, notification)
+        return self._queue(notifiables, notification)
 
     async def send_async(self, notifiables: Any, notification: Notification) -> list[str]:
-        return self._record(notifiables, notification)
+        return self._queue(notifiables, notification)
 
     def send_now(
         self, notifiables: Any, notification: Notification, channels: list[str] | None = None
@@ -180,9 +277,12 @@ class FakeNotifications:
                 f"{_name(cls)} was not sent to {notifiable!r}; sent: {self._summary()}"
             )
 
-    def assert_not_sent_to(self, notifiable: Any, cls: type[Notification]) -> None:
-        """Assert ``cls`` was not sent to ``notifiable``."""
-        if self._matching(notifiable, cls, None):
+    def assert_not_sent_to(
+        self, notifiable: Any, cls: type[Notification], predicate: Callable[..., bool] | None = None
+    ) -> None:
+        """Assert ``cls`` (matching ``predicate(notification, channels)``) was not sent
+        to ``notifiable``."""
+        if self._matching(notifiable, cls, predicate):
             raise AssertionError(f"{_name(cls)} was sent to {notifiable!r}")
 
     def assert_sent_on_demand(
@@ -195,14 +295,20 @@ class FakeNotifications:
                 return
         raise AssertionError(f"{_name(cls)} was not sent on demand; sent: {self._summary()}")
 
-    def assert_count(self, n: int) -> None:
-        """Assert ``n`` (notifiable, notification) pairs were sent."""
-        if len(self.sent) != n:
-            raise AssertionError(f"{len(self.sent)} notifications sent, expected {n}")
+    def _all(self, predicate: Callable[..., bool] | None) -> list[Any]:
+        return [s for s in self.sent if predicate is None or predicate(s[0], s[1], s[2])]
 
-    def assert_nothing_sent(self) -> None:
-        """Assert nothing was sent."""
-        if self.sent:
+    def assert_count(self, n: int, predicate: Callable[..., bool] | None = None) -> None:
+        """Assert ``n`` (notifiable, notification) pairs (matching
+        ``predicate(notifiable, notification, channels)``) were sent."""
+        found = len(self._all(predicate))
+        if found != n:
+            raise AssertionError(f"{found} notifications sent, expected {n}")
+
+    def assert_nothing_sent(self, predicate: Callable[..., bool] | None = None) -> None:
+        """Assert nothing (nothing matching ``predicate(notifiable, notification,
+        channels)``) was sent."""
+        if self._all(predicate):
             raise AssertionError(f"notifications were sent: {self._summary()}")
 
     def _summary(self) -> list[str]:
@@ -217,13 +323,20 @@ class FakeNotifications:
 
 
 @contextmanager
-def fake_notifications(app: Any = None) -> Iterator[FakeNotifications]:
-    """Record notifications instead of sending them, for the duration of the block."""
+def fake_notifications(
+    app: Any = None, *, follow_transactions: bool = True
+) -> Iterator[FakeNotifications]:
+    """Record notifications instead of sending them, for the duration of the block.
+
+    Args:
+        follow_transactions: record a queued ``after_commit`` notification sent in a
+            transaction when it commits (none on rollback); False: at once.
+    """
     from tidings.app import App
 
     app = app or App.current()
     real = app.notifications
-    fake = FakeNotifications(real)
+    fake = FakeNotifications(real, app, follow_transactions=follow_transactions)
     app.notifications = fake
     try:
         yield fake

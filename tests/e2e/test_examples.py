@@ -1,8 +1,9 @@
 """The examples run as a user would run them, so they cannot go stale.
 
-Each runs in a fresh working directory (``tmp_path``) with no ``TIDINGS_*`` variables,
-so it starts its own embedded Redis under ``tmp_path/.tidings``; the test stops that
-server by the pid in ``.tidings/redis.pid`` afterwards.
+Each runs in a fresh working directory (``tmp_path``) with only ``TIDINGS_HOME`` set to
+``tmp_path/.tidings`` (the scripts live in the repository, and their embedded directory
+would otherwise be the one beside them), so it starts its own embedded Redis there; the
+test stops that server by the pid in ``.tidings/redis.pid`` afterwards.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def run_example(path: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         [sys.executable, str(ROOT / path)],
         cwd=cwd,
-        env=_env(),
+        env={**_env(), "TIDINGS_HOME": str(cwd / ".tidings")},
         capture_output=True,
         text=True,
         timeout=60,

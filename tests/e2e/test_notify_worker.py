@@ -455,6 +455,9 @@ def test_embedded_default_across_two_processes(tmp_path: Path, spawn_proc: Spawn
     home = cwd / ".tidings"
     env = _base_env()
     env["TIDINGS_ALLOWED_MODULES"] = MODULE
+    # The app's module lives in the repository: without TIDINGS_HOME its embedded
+    # directory would be the one beside that package, not this test's.
+    env["TIDINGS_HOME"] = str(home)
     producer_code = (
         "from tests.e2e.jobs_app import app, Record\n"
         "assert app.settings.embedded\n"

@@ -24,10 +24,22 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_every_setting_has_a_meaning_in_the_reference() -> None:
     assert config_reference.undocumented() == []
     names = [row[0] for row in config_reference.settings()]
-    fields = [f.name for f in dataclasses.fields(Settings) if f.name not in {"embedded"}]
+    fields = [f.name for f in dataclasses.fields(Settings) if f.name not in {"embedded", "sources"}]
     assert names == fields
     table = config_reference.markdown_table()
     assert "`TIDINGS_MAIL_ALLOW_TEST_DOMAINS`" in table and "`'fail'`" in table
+
+
+def test_the_configuration_page_holds_the_whole_generated_table() -> None:
+    """docs/configuration.md is complete in the repository (not a placeholder filled at
+    build time): every setting is in it, and it matches what the code generates."""
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    assert config_reference.render_page(page) == page, (
+        "docs/configuration.md is stale: run python -m tidings.config_reference"
+    )
+    for name, variable, _, _ in config_reference.settings():
+        assert f"| `{name}` | `{variable}` |" in page
+    assert "notification_tries" in page and "TIDINGS_HOME" in page
 
 
 def test_every_error_has_a_section_with_its_fix() -> None:

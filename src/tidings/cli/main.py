@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 import orjson
@@ -26,7 +26,13 @@ from tidings.cli import observe as cli_observe
 from tidings.cli.batches import make_group as make_batches_group
 from tidings.cli.db import make_group as make_db_group
 from tidings.errors import QueueUnavailable
-from tidings.observability.lifecycle import JobFailed, JobProcessed, JobProcessing, JobReleased
+from tidings.observability.lifecycle import (
+    JobFailed,
+    JobProcessed,
+    JobProcessing,
+    JobReleased,
+    WorkerStopping,
+)
 from tidings.observability.redaction import redact, redact_json
 from tidings.observability.terminal import escape, escape_json
 from tidings.redis.errors import REDIS_ERRORS, is_transient
@@ -136,10 +142,25 @@ def install_output(app: App, *, json_logs: bool) -> None:
         why = f" {e.exception}" if e.exception else ""
         line("Released", e, f" {ms:.2f}ms (retry in {e.delay_s:g}s){why}", delay_s=e.delay_s)
 
+    def stopping(e: WorkerStopping) -> None:
+        # Why the worker ends, on its own output: after `notify-worker restart` an
+        # unsupervised worker is gone for good, and its log should say so.
+        if json_logs:
+            record = {"time": cli_observe.utc_stamp(), "status": "Stopping",
+                      "reason": e.reason, "exit_code": e.status, **child}  # fmt: skip
+            out.write(escape_json(orjson.dumps(record).decode()) + "\n")
+        else:
+            again = (" (a supervisor starts it again; without one it stays down)"
+                     if e.reason == "restart requested" else "")  # fmt: skip
+            text = f"{_stamp()} worker stopping: {e.reason or 'stopped'}, exit code {e.status}"
+            out.write(tag + escape(text + again) + "\n")
+        out.flush()
+
     app.listen(JobProcessing, processing)
     app.listen(JobProcessed, processed)
     app.listen(JobFailed, failed)
     app.listen(JobReleased, released)
+    app.listen(WorkerStopping, stopping)
 
 
 EXIT_UNAVAILABLE = 69  # sysexits EX_UNAVAILABLE
@@ -293,23 +314,75 @@ def _require_app(app_spec: str | None) -> None:
     click.echo(
         "notify-worker: refusing to start: no app given, so no job class could be "
         "imported and every job would fail. Name the app with -A module:app (or "
-        "TIDINGS_APP), or list the packages of your job classes in "
+        f"TIDINGS_APP){_django_hint()}, or list the packages of your job classes in "
         "TIDINGS_ALLOWED_MODULES.",
         err=True,
     )
     sys.exit(EXIT_CONFIG)
 
 
+def _django_hint() -> str:
+    """``, or DJANGO_SETTINGS_MODULE for a Django project`` where Django is installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("django") is None:
+        return ""
+    return ", or set DJANGO_SETTINGS_MODULE=yourproject.settings for a Django project"
+
+
+def _where_to_point() -> str:
+    return (
+        "Point it at your Redis: -A module:app (or TIDINGS_APP), TIDINGS_REDIS_URL"
+        f"{_django_hint()}, as the workers are started"
+    )
+
+
 def _app(ctx: click.Context) -> App:
-    return load_app(ctx.obj["app_spec"])
+    """The App of an operator command (monitor, failed, workers, batches, clear, restart,
+    dashboard, db). It never starts an embedded Redis: with no app, no URL and no
+    TIDINGS_HOME it refuses, and an embedded server that does not run is an error. Its
+    human output opens with the Redis it reads (masked)."""
+    from tidings.ops.embedded import EmbeddedNotRunning, never_start
+
+    spec = ctx.obj["app_spec"]
+    given = ("TIDINGS_APP", "TIDINGS_REDIS_URL", "REDIS_URL", "TIDINGS_HOME")
+    if not spec and not any(os.environ.get(name) for name in (*given, "DJANGO_SETTINGS_MODULE")):
+        _refuse(ctx, "no app and no Redis URL given, and operator commands never start an "
+                "embedded Redis (a new one would show an empty queue)")  # fmt: skip
+    try:
+        with never_start():
+            app = load_app(spec)
+    except EmbeddedNotRunning as exc:
+        _refuse(ctx, str(exc))
+    if not ctx.params.get("as_json"):
+        click.echo(f"Redis: {reading(app)}")
+    return app
+
+
+def reading(app: App) -> str:
+    """``redis://:***@host:6379/0 (from TIDINGS_REDIS_URL, prefix tidings)``."""
+    from tidings.observability.redaction import mask_url
+
+    s = app.settings
+    where = f"embedded in {s.home}" if s.embedded else f"from {s.where('redis_url')}"
+    return escape(f"{mask_url(s.redis_url)} ({where}, prefix {s.prefix})")
+
+
+def _refuse(ctx: click.Context, why: str) -> NoReturn:
+    name = ctx.command_path.removeprefix("notify-worker ").strip() or "notify-worker"
+    click.echo(f"notify-worker {name}: {why}. {_where_to_point()}.", err=True)
+    sys.exit(EXIT_CONFIG)
 
 
 @main.command()
 @click.pass_context
 def restart(ctx: click.Context) -> None:
-    """Make every worker exit after its current jobs."""
+    """Make every worker exit after its current jobs (a supervisor brings them back)."""
     _app(ctx).queue_for(None).restart()
-    click.echo("Broadcasting queue restart signal.")
+    click.echo(
+        "Broadcasting queue restart signal: every worker exits after its current jobs; "
+        "workers not run under a supervisor (systemd, Supervisor, --processes N) stay down."
+    )
 
 
 @main.command()
@@ -331,7 +404,11 @@ def monitor(
 
         names = known_queues(app, rq)  # empty ones too, with zeros
     if watch:
-        cli_observe.monitor_watch(lambda: rq.sizes(names), max(0.2, interval))
+        read = lambda: rq.sizes(names)  # noqa: E731
+        if sys.stdout.isatty():
+            cli_observe.monitor_watch(read, max(0.2, interval))
+        else:  # piped or logged: one line per interval, no screen redraws
+            cli_observe.monitor_lines(read, max(0.2, interval), as_json=as_json)
         return
     sizes = rq.sizes(names)
     if as_json:

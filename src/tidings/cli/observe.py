@@ -15,6 +15,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -112,7 +113,11 @@ def banner_lines(app: App, opts: dict[str, Any], queues: list[str]) -> list[str]
     s = app.settings
     redis_text = mask_url(s.redis_url)
     if s.embedded:
-        redis_text += "  (embedded: no TIDINGS_REDIS_URL set, started from ./.tidings)"
+        redis_text += (
+            f"  (embedded: no TIDINGS_REDIS_URL set; directory {s.home}, {s.where('home')})"
+        )
+    else:
+        redis_text += f"  (from {s.where('redis_url')})"
     lines = [
         f"tidings {__version__} worker, pid {os.getpid()}",
         f"  redis:       {redis_text}",
@@ -125,7 +130,43 @@ def banner_lines(app: App, opts: dict[str, Any], queues: list[str]) -> list[str]
         f"  metrics:     {'on' if s.metrics else 'off'}"
         + (f", Prometheus on :{opts['metrics_port']}" if opts.get("metrics_port") else ""),
     ]
+    warning = embedded_warning(app)
+    if warning:
+        lines.append(f"  WARNING:     {warning}")
     return [escape(line) for line in lines]
+
+
+def embedded_warning(app: App) -> str | None:
+    """The banner's warning when this process started a new, empty embedded Redis: it
+    will find no job pushed to another Redis or from another directory."""
+    from tidings.ops.embedded import STARTED
+
+    s = app.settings
+    if not (s.embedded and Path(s.home) in STARTED):
+        return None
+    try:
+        if int(app.queue_for(None).client.dbsize()) != 0:
+            return None
+    except Exception:  # the banner must not fail a start
+        return None
+    return (
+        f"this worker started a new, empty embedded Redis in {s.home} ({s.where('home')}): "
+        "jobs pushed to another Redis or from another directory are not seen here; set "
+        "TIDINGS_REDIS_URL (or TIDINGS_HOME) to the one your app pushes to"
+    )
+
+
+def mail_warning(app: App) -> str | None:
+    """A worker on a real Redis whose mail would go to the outbox directory by default
+    (mail nobody reads): the WARNING it logs at start."""
+    s = app.settings
+    if s.embedded or not s.mail_url.startswith("file:") or "mail_url" in s.sources:
+        return None
+    return (
+        f"mail is written to files in {s.mail_url[len('file://') :]}, not sent: no mail_url "
+        "is set while Redis is a real server; set TIDINGS_MAIL_URL (or App(mail_url=...), "
+        "settings.TIDINGS['mail_url'], or Django's EMAIL_* settings) to send it"
+    )
 
 
 def print_banner(app: App, opts: dict[str, Any], queues: list[str], *, json_logs: bool) -> None:
@@ -146,11 +187,17 @@ def print_banner(app: App, opts: dict[str, Any], queues: list[str], *, json_logs
             "sms": mask_url(s.sms_url),
             **child_fields(),
         }
+        warning = embedded_warning(app)
+        if warning:
+            record["warning"] = warning
         sys.stdout.write(escape_json(orjson.dumps(record).decode()) + "\n")
     else:
         tag = child_tag()
         sys.stdout.write("".join(f"{tag}{line}\n" for line in banner_lines(app, opts, queues)))
     sys.stdout.flush()
+    warning = mail_warning(app)
+    if warning:
+        logging.getLogger("tidings.worker").warning("%s", warning)
 
 
 # -- subcommands ---------------------------------------------------------------------------
@@ -267,6 +314,40 @@ def monitor_watch(read: Callable[[], dict[str, dict[str, int]]], interval_s: flo
                 time.sleep(interval_s)
                 live.update(table())
     except KeyboardInterrupt:
+        pass
+
+
+def monitor_lines(
+    read: Callable[[], dict[str, dict[str, int]]],
+    interval_s: float,
+    *,
+    as_json: bool = False,
+    count: int = 0,
+) -> None:
+    """``monitor --watch`` when stdout is not a terminal: one line per interval
+    (``TIME queue ready=N delayed=N reserved=N failed=N | ...``, or one JSON object
+    with ``time`` and ``queues``), flushed, until Ctrl-C (or ``count`` lines)."""
+    n = 0
+    try:
+        while True:
+            sizes = read()
+            if as_json:
+                record = {"time": utc_stamp(), "queues": sizes}
+                line = escape_json(orjson.dumps(record).decode())
+            else:
+                cells = [
+                    f"{escape(name)} ready={s['ready']} delayed={s['delayed']} "
+                    f"reserved={s['reserved']} failed={s['failed']}"
+                    for name, s in sizes.items()
+                ]
+                line = f"{utc_stamp()} " + " | ".join(cells)
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+            n += 1
+            if count and n >= count:
+                return
+            time.sleep(interval_s)
+    except (KeyboardInterrupt, BrokenPipeError):
         pass
 
 

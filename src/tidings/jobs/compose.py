@@ -55,14 +55,21 @@ def build_body(job: Job, job_id: str, chain: list[Any] | None = None) -> JobBody
     """
     src = job.option_source()
     path = serializer.class_path(type(job))
+    tries, backoff = option(src, "tries"), option(src, "backoff")
+    if tries is None or backoff is None:
+        defaults = job.option_defaults()
+        if tries is None:
+            tries = defaults.get("tries")
+        if backoff is None:
+            backoff = defaults.get("backoff")
     body: JobBody = {
         "uuid": job_id,
         "displayName": job.display_name(),
         "job": path,
         "data": seal_data(serializer.encode(job), job, job_id, path),
-        "maxTries": option(src, "tries"),
+        "maxTries": tries,
         "maxExceptions": option(src, "max_exceptions"),
-        "backoff": encode_backoff(option(src, "backoff")),
+        "backoff": encode_backoff(backoff),
         "timeout": option(src, "timeout"),
         "retryUntil": _retry_until(option(src, "retry_until")),
         "pushedAt": _clock.now(),

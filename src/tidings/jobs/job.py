@@ -145,6 +145,11 @@ class Job:
         """The object whose attributes give this job's options."""
         return self
 
+    def option_defaults(self) -> dict[str, Any]:
+        """Options used where :meth:`option_source` sets none (``tries``, ``backoff``);
+        the worker's ``--tries`` / ``--backoff`` apply where neither does."""
+        return {}
+
     def runs_async(self) -> bool:
         """Whether ``handle`` is a coroutine function (awaited on the loop, not a thread)."""
         cls = type(self)

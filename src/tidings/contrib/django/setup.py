@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -15,10 +16,55 @@ from tidings.errors import ConfigurationError
 
 _app: App | None = None
 _EXTRA_KEYWORDS = {"connections", "home", "env"}
+DJANGO_MAIL = "Django's EMAIL_* settings"
+_EMAIL_SETTINGS = (
+    "EMAIL_BACKEND", "EMAIL_HOST", "EMAIL_PORT", "EMAIL_HOST_USER", "EMAIL_HOST_PASSWORD",
+    "EMAIL_USE_TLS", "EMAIL_USE_SSL", "EMAIL_FILE_PATH",
+)  # fmt: skip
 
 
 def _keywords() -> set[str]:
-    return {f.name for f in dataclasses.fields(Settings)} - {"embedded"} | _EXTRA_KEYWORDS
+    internal = {"embedded", "sources"}
+    return {f.name for f in dataclasses.fields(Settings)} - internal | _EXTRA_KEYWORDS
+
+
+def mail_from_django() -> dict[str, str]:
+    """``mail_url`` and ``mail_from`` from Django's email settings, when the project set any.
+
+    ``EMAIL_BACKEND`` SMTP (Django's default): ``smtps://`` with ``EMAIL_USE_SSL``, else
+    ``smtp://`` with STARTTLS required by ``EMAIL_USE_TLS`` (else used when offered),
+    ``EMAIL_HOST``, ``EMAIL_PORT``, ``EMAIL_HOST_USER``, ``EMAIL_HOST_PASSWORD``; the
+    console backend is ``log://``, the file backend ``file://EMAIL_FILE_PATH``, the
+    in-memory and dummy backends ``log://``. ``DEFAULT_FROM_EMAIL`` is the sender. A
+    project that sets none of them keeps the tidings default (the outbox directory), as
+    Django's own default (an SMTP server on localhost:25) is rarely one that runs.
+    """
+    from django.conf import settings
+
+    out: dict[str, str] = {}
+    if settings.is_overridden("DEFAULT_FROM_EMAIL"):
+        out["mail_from"] = str(settings.DEFAULT_FROM_EMAIL)
+    if not any(settings.is_overridden(name) for name in _EMAIL_SETTINGS):
+        return out
+    backend = str(settings.EMAIL_BACKEND).rsplit(".", 2)[-2]
+    if backend in ("console", "locmem", "dummy"):
+        out["mail_url"] = "log://"
+        return out
+    if backend == "filebased":
+        out["mail_url"] = f"file://{os.path.abspath(str(settings.EMAIL_FILE_PATH))}"
+        return out
+    if backend != "smtp":
+        return out  # another backend: tidings cannot send through it; keep its default
+    quote = urllib.parse.quote
+    user = str(settings.EMAIL_HOST_USER or "")
+    password = str(settings.EMAIL_HOST_PASSWORD or "")
+    auth = f"{quote(user, safe='')}:{quote(password, safe='')}@" if user else ""
+    host = str(settings.EMAIL_HOST)
+    host = f"[{host}]" if ":" in host else host
+    scheme = "smtps" if settings.EMAIL_USE_SSL else "smtp"
+    query = "?tls=required" if settings.EMAIL_USE_TLS and not settings.EMAIL_USE_SSL else ""
+    out["mail_url"] = f"{scheme}://{auth}{host}:{int(settings.EMAIL_PORT)}{query}"
+    return out
 
 
 def default_allowed_modules() -> list[str]:
@@ -47,6 +93,16 @@ def _options() -> dict[str, Any]:
     options = {str(k).lower(): v for k, v in raw.items()}
     if options.get("allowed_modules") is None and not os.environ.get("TIDINGS_ALLOWED_MODULES"):
         options["allowed_modules"] = default_allowed_modules()
+    labels: dict[str, str] = {}
+    for name, value in mail_from_django().items():
+        if options.get(name) is None and not os.environ.get(f"TIDINGS_{name.upper()}"):
+            options[name] = value
+            labels[name] = DJANGO_MAIL
+    options["labels"] = labels
+    options["given_in"] = "settings.TIDINGS"
+    if options.get("home") is None:
+        base = getattr(settings, "BASE_DIR", None)
+        options["anchor"] = str(base) if base else os.getcwd()
     return options
 
 
