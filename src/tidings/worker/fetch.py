@@ -258,14 +258,14 @@ class Fetcher:
         True when one was a suspect, run alone."""
         if self.stopping or self.paused:
             for res in jobs:
-                if self.held.get(res.id) is None:
-                    await self._give_back(res)  # never started while paused
-                else:
+                if self.held.adopts(res):
                     self.held.hold(res)  # adopted: the run in progress goes on
+                else:
+                    await self._give_back(res)  # never started while paused
             return False
         suspect = False
         for res in jobs:
-            if res.stalls > 0 and len(jobs) == 1 and self.held.get(res.id) is None:
+            if res.stalls > 0 and len(jobs) == 1 and not self.held.adopts(res):
                 suspect = True
                 await self._run_alone(res, now_s)
                 continue

@@ -66,14 +66,30 @@ class HeldJobs:
     def __post_init__(self) -> None:
         self.idle.set()
 
-    def hold(self, res: Reserved, state: State = State.RUNNING) -> HeldJob | None:
-        """Hold ``res``; None when its job is held already (the reservation is adopted:
-        the new token replaces the old one, and nothing new is started)."""
+    def adopts(self, res: Reserved) -> bool:
+        """Whether ``res`` is a job this worker holds under an earlier reservation that
+        expired (the pop that recovered it counted a stall): the run in progress goes on
+        under ``res``. A job popped again after this worker's own release took effect
+        (same stall count) is a new reservation, not one to adopt."""
         held = self._jobs.get(res.id)
         if held is None:
+            return False
+        return res.token == held.reserved.token or res.stalls > held.reserved.stalls
+
+    def hold(self, res: Reserved, state: State = State.RUNNING) -> HeldJob | None:
+        """Hold ``res``; None when it is adopted (:meth:`adopts`: the new token replaces
+        the old one, and nothing new is started)."""
+        held = self._jobs.get(res.id)
+        if held is None or not self.adopts(res):
+            if held is not None:
+                # Our release of it took effect and a pop handed it out again before the
+                # release's reply came back: the old entry settles on its own, uncounted.
+                self._count(held.state, None)
             held = self._jobs[res.id] = HeldJob(res, state)
             self._count(None, state)
             return held
+        if res.token == held.reserved.token:
+            return None  # the same reservation again
         old = held.reserved.token
         held.reserved.token = res.token
         held.reserved.stalls = res.stalls
