@@ -231,25 +231,29 @@ def result(
     """
     _check_result_id(job_id)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    sync: Any = rq.client
     with unavailable_guard("result"):
-        sync: Any = rq.client
         pubsub: Any = sync.pubsub(ignore_subscribe_messages=True)
-        try:
+    try:
+        with unavailable_guard("result"):
             pubsub.subscribe(*(rq.keys(q).result(job_id) for q in queues))
-            while True:
-                pipe = rq.client.pipeline(transaction=False)
+        while True:
+            with unavailable_guard("result"):
+                pipe = sync.pipeline(transaction=False)
                 for q in queues:
                     _look_commands(pipe, rq.keys(q), job_id)
-                got = _decide(rq, pipe.execute(), job_id, queues, signer, resolve)
-                if isinstance(got, _Found):
-                    return got.value
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(f"job {job_id} did not finish within {timeout_s}s")
-                # Wakes on the first publish (or a subscribe confirmation): look again.
+                raw = pipe.execute()
+            got = _decide(rq, raw, job_id, queues, signer, resolve)
+            if isinstance(got, _Found):
+                return got.value
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"job {job_id} did not finish within {timeout_s}s")
+            # Wakes on the first publish (or a subscribe confirmation): look again.
+            with unavailable_guard("result"):
                 pubsub.get_message(timeout=1.0 if left is None else min(left, 1.0))
-        finally:
-            pubsub.close()
+    finally:
+        pubsub.close()
 
 
 async def aresult(
@@ -270,23 +274,26 @@ async def aresult(
         )
     loop = asyncio.get_running_loop()
     deadline = None if timeout_s is None else loop.time() + timeout_s
-    async with unavailable_aguard("result"):
-        pubsub = client.pubsub(ignore_subscribe_messages=True)
-        try:
+    pubsub = client.pubsub(ignore_subscribe_messages=True)
+    try:
+        async with unavailable_aguard("result"):
             await pubsub.subscribe(*(rq.keys(q).result(job_id) for q in queues))
-            while True:
+        while True:
+            async with unavailable_aguard("result"):
                 pipe = client.pipeline(transaction=False)
                 for q in queues:
                     _look_commands(pipe, rq.keys(q), job_id)
-                got = _decide(rq, await pipe.execute(), job_id, queues, signer, resolve)
-                if isinstance(got, _Found):
-                    return got.value
-                left = None if deadline is None else deadline - loop.time()
-                if left is not None and left <= 0:
-                    raise TimeoutError(f"job {job_id} did not finish within {timeout_s}s")
+                raw = await pipe.execute()
+            got = _decide(rq, raw, job_id, queues, signer, resolve)
+            if isinstance(got, _Found):
+                return got.value
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"job {job_id} did not finish within {timeout_s}s")
+            async with unavailable_aguard("result"):
                 await pubsub.get_message(timeout=1.0 if left is None else min(left, 1.0))
-        finally:
-            await pubsub.aclose()
+    finally:
+        await pubsub.aclose()
 
 
 def _check_result_id(job_id: str) -> None:

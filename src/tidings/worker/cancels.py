@@ -45,8 +45,13 @@ class CancelListener:
             try:
                 await pubsub.subscribe(self.channel)
                 delay = 0.1
+                me = asyncio.current_task()
                 while True:
-                    message = await pubsub.get_message(timeout=None)
+                    # Bounded waits: redis-py may swallow a cancel that lands while it
+                    # subscribes; the task then sees it here within a second.
+                    if me is not None and me.cancelling():
+                        raise asyncio.CancelledError
+                    message = await pubsub.get_message(timeout=1.0)
                     if message is None:
                         continue
                     data = message.get("data")
