@@ -444,7 +444,7 @@ def test_a_cancelled_pending_job_never_runs_and_is_cancelled(app: App, r: redis.
     work(app)
     assert RUNS == [("kept",)]
     assert app.job_status(job_id) == "cancelled"
-    assert [e for e in EVENTS if isinstance(e, JobWasCancelled)][0].ran is False
+    assert next(e for e in EVENTS if isinstance(e, JobWasCancelled)).ran is False
     again = app.cancel(job_id)
     assert again == "cancelled already" and not again.changed
     k = app.queue_for(None).keys("default")
@@ -480,7 +480,7 @@ def test_a_running_async_job_is_cancelled_its_finally_runs_no_failed_no_retry(
     work(app, until=cancel_once_started)
     assert RUNS == [("long", "finally")]  # no "finished", no "failed()", no second run
     assert app.job_status(job_id) == "cancelled"
-    assert [e for e in EVENTS if isinstance(e, JobWasCancelled)][0].ran is True
+    assert next(e for e in EVENTS if isinstance(e, JobWasCancelled)).ran is True
 
 
 def test_a_running_sync_job_sees_cancelled_and_check_cancelled_stops_it(app: App) -> None:
