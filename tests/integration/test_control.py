@@ -544,3 +544,24 @@ def test_a_cancelled_batch_member_counts_as_cancelled(app: App) -> None:
     assert info.pending == 0 and info.processed == 2
     assert info.cancelled_jobs == 1
     assert ("catch",) not in RUNS  # `then` does not fire for a batch with a cancelled job
+
+
+def test_notify_worker_cancel_and_status_commands(app: App, prefix: str) -> None:
+    from click.testing import CliRunner
+
+    from tidings.cli.main import main
+
+    job_id = Note("via-cli").dispatch()
+    assert job_id is not None
+    import tests.integration.test_control as here
+
+    here.CLI_APP = app
+    runner = CliRunner()
+    out = runner.invoke(main, ["-A", f"{MODULE}:CLI_APP", "cancel", job_id, "f" * 32])
+    assert f"{job_id}: cancelled" in out.output
+    assert f"{'f' * 32}: no such job" in out.output and out.exit_code == 1
+    out = runner.invoke(main, ["-A", f"{MODULE}:CLI_APP", "status", job_id, "--json"])
+    assert '"status":"cancelled"' in out.output
+
+
+CLI_APP: App | None = None

@@ -65,13 +65,13 @@ def exception_class(exc: BaseException) -> str:
 
 
 def exception_message(exc: BaseException) -> str:
-    """The message of ``exc``, redacted, cut to 1,000 characters (no traceback)."""
+    """The message of ``exc``, redacted, cut to 500 characters (no traceback)."""
     try:
         text = str(exc)
     except Exception:
         text = "<str() failed>"
     text = redact(text)
-    return text if len(text) <= 1000 else text[:1000] + "..."
+    return text if len(text) <= 500 else text[:500] + "..."
 
 
 def exception_text(exc: BaseException) -> str:
