@@ -73,7 +73,7 @@ def drain(app: App, *, concurrency: int = 16) -> float:
 
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 def run(url: str, jobs: int, rounds: int) -> None:
@@ -139,13 +139,12 @@ def run(url: str, jobs: int, rounds: int) -> None:
     # -- result wake-up: a waiter blocked in app.result(); the ack publishes -----------------
     delete_prefix(client, prefix)
     wake: list[float] = []
-    k = app.queue_for(None).keys("default")
     for _ in range(200):
         job_id = Kept(1).dispatch()
         assert job_id is not None
         got: list[float] = []
 
-        def wait(jid: str = job_id) -> None:
+        def wait(jid: str = job_id, got: list[float] = got) -> None:
             app.result(jid, timeout_s=10)
             got.append(time.perf_counter())
 
@@ -154,7 +153,6 @@ def run(url: str, jobs: int, rounds: int) -> None:
         time.sleep(0.005)  # the waiter is subscribed
         drain(app, concurrency=1)
         t.join(10)
-        done_at: Any = client.zscore(k.done, job_id)
         # The ack's time is on Redis's clock: measure from the worker's ack instead.
         wake.append(got[0] - ACKED[-1] if ACKED else float("nan"))
     print(f"result wake-up (200)      p50 {pct(wake, 50) * 1000:.2f} ms  "
