@@ -36,6 +36,7 @@ log = logging.getLogger("tidings.app")
 
 if TYPE_CHECKING:
     from tidings.jobs.middleware import Middleware
+    from tidings.moves.control import CancelOutcome
     from tidings.observability.metrics import JobStatus
     from tidings.worker.worker import Worker
 
@@ -418,13 +419,19 @@ class App:
 
     # -- dispatching jobs --------------------------------------------------------------
 
-    def _prepared(self, pending: PendingDispatch) -> tuple[RedisQueue, str, str, bytes, float]:
-        queue, job_id, envelope, delay = prepare(
-            pending, self.signer, max_bytes=self.max_payload_bytes
+    def _prepared(self, pending: PendingDispatch) -> tuple[RedisQueue, str, str, bytes, float, int]:
+        s = self.settings
+        queue, job_id, envelope, delay, priority = prepare(
+            pending,
+            self.signer,
+            max_bytes=self.max_payload_bytes,
+            store_results=s.store_results,
+            result_ttl_s=s.result_ttl_s,
+            result_max_bytes=s.result_max_bytes,
         )
         conn = pending.connection or option(pending.job.option_source(), "connection")
         self.note_queue(queue)
-        return self.queue_for(conn), queue, job_id, envelope, delay
+        return self.queue_for(conn), queue, job_id, envelope, delay, priority
 
     def note_queue(self, queue: str) -> None:
         """Remember that this process pushed to ``queue`` (``job_status`` looks there)."""
@@ -453,10 +460,10 @@ class App:
                 return None
             warn_blocking()
             return push_guarded(self, pending, guard)
-        rq, queue, job_id, envelope, delay = self._prepared(pending)
+        rq, queue, job_id, envelope, delay, priority = self._prepared(pending)
 
         def push() -> None:
-            rq.push(queue, [(job_id, envelope)], delay)
+            rq.push(queue, [(job_id, envelope)], delay, priority)
             self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
 
         if defer is not None:
@@ -474,8 +481,8 @@ class App:
         guard = guard_for(pending.job)
         if guard is not None:
             return await push_guarded_async(self, pending, guard)
-        rq, queue, job_id, envelope, delay = self._prepared(pending)
-        await rq.push_async(queue, [(job_id, envelope)], delay)
+        rq, queue, job_id, envelope, delay, priority = self._prepared(pending)
+        await rq.push_async(queue, [(job_id, envelope)], delay, priority)
         self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
         return job_id
 
@@ -494,11 +501,12 @@ class App:
                 guarded[len(ids)] = GuardedPush(self, pending, guard)
                 ids.append(None)
                 continue
-            rq, queue, job_id, envelope, delay = self._prepared(pending)
+            rq, queue, job_id, envelope, delay, priority = self._prepared(pending)
             later = self._deferrer(pending)
             target = groups if later is None else held
             defer = later or defer
-            target.setdefault((id(rq), rq, queue, delay), []).append((job_id, envelope))
+            key = (id(rq), rq, queue, delay, priority)
+            target.setdefault(key, []).append((job_id, envelope))
             ids.append(job_id)
         if defer is not None and held:
             defer(lambda: self._push_groups(held, 1000))
@@ -506,9 +514,9 @@ class App:
 
     @staticmethod
     def _push_groups(groups: dict[Any, list[tuple[str, bytes]]], batch_size: int) -> None:
-        for (_, rq, queue, delay), items in groups.items():
+        for (_, rq, queue, delay, priority), items in groups.items():
             for start in range(0, len(items), batch_size):
-                rq.push(queue, items[start : start + batch_size], delay)
+                rq.push(queue, items[start : start + batch_size], delay, priority)
 
     def dispatch_many(
         self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000
@@ -533,20 +541,23 @@ class App:
     ) -> list[str]:
         """Async twin of :meth:`dispatch_many`."""
         ids, groups, guarded = self._grouped(jobs)
-        for (_, rq, queue, delay), items in groups.items():
+        for (_, rq, queue, delay, priority), items in groups.items():
             for start in range(0, len(items), batch_size):
-                await rq.push_async(queue, items[start : start + batch_size], delay)
+                await rq.push_async(queue, items[start : start + batch_size], delay, priority)
         for at, push in guarded.items():
             ids[at] = await push.push_async()
         return [i for i in ids if i is not None]
 
     def job_status(self, job_id: str, queue: str | None = None) -> JobStatus | None:
-        """pending / delayed / reserved / done / failed, or None once no record is left.
+        """pending / delayed / reserved / done / failed / cancelled (``cancelling``: a
+        running job asked to stop), or None once no record is left.
 
         The answer is a ``str`` that also carries the measured ``wait_s`` (dispatch to
         start) and ``runtime_s`` of the job's last run, while that record lasts (an
-        hour; None before the job ran, or with metrics off).
+        hour; None before the job ran, or with metrics off), and ``progress`` (``done``,
+        ``total``, ``note``, ``at``) as the job last reported it.
         """
+        from tidings.moves.control import progress
         from tidings.observability.metrics import JobStatus, job_timing
 
         rq = self.queue_for(None)
@@ -554,13 +565,94 @@ class App:
         state = rq.status(job_id, queues)
         if state is None:
             return None
+        reported = None
+        for name in queues:
+            try:
+                reported = progress(rq, job_id, name)
+            except Exception:  # a status answer never fails for want of a progress
+                log.debug("no progress for %s", job_id, exc_info=True)
+            if reported is not None:
+                break
         timing = None
         if self.settings.metrics:
             try:
                 timing = job_timing(rq.client, rq.prefix, job_id)
             except Exception:  # a status answer never fails for want of a measurement
                 log.debug("no timing for %s", job_id, exc_info=True)
-        return JobStatus.of(state, timing)
+        return JobStatus.of(state, timing, reported)
+
+    # -- control: results and cancelling ------------------------------------------------
+
+    def _control_queues(self, queue: str | None) -> list[str]:
+        return [queue] if queue else sorted(self._queues_used)
+
+    def result(
+        self, job_id: str, timeout_s: float | None = None, *, queue: str | None = None
+    ) -> Any:
+        """The return value of job ``job_id``, once it is done (waiting up to
+        ``timeout_s``; None: as long as it takes). Needs ``store_result`` on the job
+        (or ``.with_result()``, or ``TIDINGS_STORE_RESULTS=1``).
+
+        Waits on the job's result channel (Redis pub/sub), not by polling. Looks on
+        ``queue``, else on every queue this process dispatched to.
+
+        Raises:
+            JobFailedError: the job failed for good (class path and redacted message).
+            JobCancelled: the job was cancelled.
+            ResultMissing: no result: expired, never kept, or no such job.
+            TimeoutError: not finished within ``timeout_s``.
+        """
+        from tidings.moves.control import result
+
+        warn_blocking()
+        return result(
+            self.queue_for(None),
+            job_id,
+            self._control_queues(queue),
+            signer=self.signer,
+            resolve=self.resolve_class,
+            timeout_s=timeout_s,
+        )
+
+    async def aresult(
+        self, job_id: str, timeout_s: float | None = None, *, queue: str | None = None
+    ) -> Any:
+        """Async twin of :meth:`result`."""
+        from tidings.moves.control import aresult
+
+        return await aresult(
+            self.queue_for(None),
+            job_id,
+            self._control_queues(queue),
+            signer=self.signer,
+            resolve=self.resolve_class,
+            timeout_s=timeout_s,
+        )
+
+    def cancel(self, job_id: str, *, queue: str | None = None) -> CancelOutcome:
+        """Cancel job ``job_id``: waiting or delayed, it never runs (status
+        ``cancelled``); running, an async handler is cancelled within a second (its
+        ``finally`` blocks run) and a sync one sees ``self.cancelled``; a cancelled job
+        is not retried and ``failed()`` is not called; a chain stops there (no
+        ``catch``); a batch counts it as cancelled. Finished already: nothing changes,
+        and the answer says so. Safe to call twice.
+
+        Returns:
+            ``"cancelled"``, ``"cancelling"`` (running), or ``"done"`` / ``"failed"`` /
+            ``"cancelled already"`` (``.changed`` False).
+
+        Raises:
+            JobNotFound: no such job on ``queue`` (else any queue this process used).
+        """
+        from tidings.moves.control import cancel
+
+        return cancel(self.queue_for(None), job_id, self._control_queues(queue))
+
+    async def acancel(self, job_id: str, *, queue: str | None = None) -> CancelOutcome:
+        """Async twin of :meth:`cancel`."""
+        from tidings.moves.control import acancel
+
+        return await acancel(self.queue_for(None), job_id, self._control_queues(queue))
 
     # -- events ------------------------------------------------------------------------
 

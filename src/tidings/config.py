@@ -64,6 +64,13 @@ class Settings:
     sources: dict[str, str] = field(default_factory=dict)
     """Where each setting that was given came from (``where()`` words it)."""
 
+    store_results: bool = False
+    """Keep every job's return value for ``app.result`` (a job's ``store_result`` wins)."""
+    result_ttl_s: float = 86400.0
+    """Seconds a kept return value lasts (a job's ``result_ttl_s`` wins)."""
+    result_max_bytes: int = 1024 * 1024
+    """The most bytes a kept return value may take, encoded; over it the job fails."""
+
     def where(self, name: str) -> str:
         """Where setting ``name`` was read from, in words (``settings.TIDINGS['key']``,
         ``the environment variable TIDINGS_KEY``, ``the default``)."""
@@ -172,6 +179,25 @@ class Settings:
                     f"TIDINGS_WAIT_REPLICAS_TIMEOUT must be positive seconds, not {value!r} "
                     f"(read from {sources['wait_replicas_timeout']})"
                 )
+        value = get("store_results")
+        if value is not None:
+            settings.store_results = value is True or str(value).lower() in _TRUE
+        value = get("result_ttl_s")
+        if value is not None:
+            settings.result_ttl_s = _number("result_ttl_s", value, sources)
+            if settings.result_ttl_s <= 0:
+                raise ConfigurationError(
+                    f"TIDINGS_RESULT_TTL_S must be positive seconds, not {value!r} "
+                    f"(read from {sources['result_ttl_s']})"
+                )
+        value = get("result_max_bytes")
+        if value is not None:
+            n = _number("result_max_bytes", value, sources)
+            if n < 1 or n != int(n):
+                raise ConfigurationError(
+                    f"TIDINGS_RESULT_MAX_BYTES must be a whole number of bytes >= 1, not {value!r}"
+                )
+            settings.result_max_bytes = int(n)
         value = get("max_payload_bytes")
         if value is not None:
             settings.max_payload_bytes = int(_number("max_payload_bytes", value, sources))

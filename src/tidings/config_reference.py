@@ -71,6 +71,15 @@ MEANINGS: dict[str, str] = {
         "replica, no dispatch returns while it is out of sync (docs/guarantees.md)"
     ),
     "wait_replicas_timeout": "seconds a push waits for those confirmations",
+    "store_results": (
+        "`1` keeps every job's return value for `app.result(id)`; a job class's "
+        "`store_result = True/False` or a dispatch's `.with_result()` wins"
+    ),
+    "result_ttl_s": "seconds a kept return value lasts (a job's `result_ttl_s` wins)",
+    "result_max_bytes": (
+        "the most bytes a kept return value may take, encoded; a larger one fails the job "
+        "with `ResultTooLarge` (a job's `result_max_bytes` wins)"
+    ),
     "schedule_timezone": (
         "IANA zone (e.g. `Europe/Paris`) whose wall clock cron schedules read when they "
         "give no `tz=`; DST-correct; unset: UTC"

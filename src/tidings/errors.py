@@ -7,6 +7,7 @@ Users catch these; nothing from redis-py, aiosmtplib or httpx leaks past a bound
     ├── ConfigurationError        bad settings, DSN or missing key
     ├── SerializationError        a value cannot be queued (names the field path)
     │   ├── PayloadTooLarge       the encoded payload is over the size limit
+    │   ├── ResultTooLarge        a job's return value is over ``result_max_bytes``
     │   └── ModelNotFound         a model argument's row is gone when the job runs
     ├── QueueUnavailable          the producer could not reach Redis
     ├── PayloadRejected           the worker refused a payload (bad signature, malformed,
@@ -14,6 +15,11 @@ Users catch these; nothing from redis-py, aiosmtplib or httpx leaks past a bound
     ├── JobTimeout                a job ran past its ``timeout``
     ├── MaxAttemptsExceeded       a job was reserved more times than it may be tried
     ├── JobStalled                a job's lease expired more often than max_stalls allows
+    ├── JobCancelled              the job was cancelled (``app.cancel``); never retried
+    ├── JobFailedError            ``app.result`` of a job that failed for good
+    ├── ResultMissing             ``app.result`` of a job with no result (expired, never
+    │                             stored, or no such job)
+    ├── JobNotFound               ``app.cancel`` of an id no queue knows
     ├── BatchClosed               jobs added to a batch that finished or does not exist
     ├── ValidationError           an address, header, number or URL is invalid (permanent)
     ├── TemplateError             a mail template failed to render (permanent)
@@ -108,6 +114,68 @@ class JobStalled(TidingsError):
     or froze past ``retry_after`` each time); it goes to the failed store unrun."""
 
     permanent = True
+
+
+class ResultTooLarge(SerializationError):
+    """A job's encoded return value is over ``result_max_bytes``; the job fails."""
+
+
+class JobCancelled(TidingsError):
+    """The job was cancelled (``app.cancel``): raised inside a sync job by
+    ``self.check_cancelled()``, and by ``app.result`` of a cancelled job. A cancelled job
+    is not retried and its ``failed()`` is not called.
+
+    Attributes:
+        job_id: the job.
+    """
+
+    permanent = True
+
+    def __init__(self, message: str = "job cancelled", *, job_id: str = "") -> None:
+        self.job_id = job_id
+        super().__init__(message)
+
+
+class JobFailedError(TidingsError):
+    """``app.result`` of a job that failed for good.
+
+    Attributes:
+        job_id: the job.
+        exception_class: the class path of the exception it failed with
+            (``module.QualName``).
+        exception_message: its message, redacted (never the traceback).
+    """
+
+    def __init__(self, job_id: str, exception_class: str, exception_message: str) -> None:
+        self.job_id = job_id
+        self.exception_class = exception_class
+        self.exception_message = exception_message
+        super().__init__(f"job {job_id} failed: {exception_class}: {exception_message}")
+
+
+class ResultMissing(TidingsError):
+    """``app.result`` of a job whose result expired (``result_ttl_s``), was never stored
+    (the job does not set ``store_result``), or that no queue knows.
+
+    Attributes:
+        job_id: the job.
+    """
+
+    def __init__(self, message: str, *, job_id: str = "") -> None:
+        self.job_id = job_id
+        super().__init__(message)
+
+
+class JobNotFound(TidingsError):
+    """``app.cancel`` of an id no queue holds a record of.
+
+    Attributes:
+        job_id: the id asked for.
+    """
+
+    def __init__(self, message: str, *, job_id: str = "") -> None:
+        self.job_id = job_id
+        super().__init__(message)
 
 
 class BatchClosed(TidingsError):

@@ -140,7 +140,7 @@ def test_f12_every_worker_move_runs_at_the_limit(
             held = [(j.id, j.token) for j in popped.jobs]
             before = float(r.zscore(k.reserved, ids[0]) or 0)
             await asyncio.sleep(0.01)
-            out["lost_on_extend"] = await b.extend(k, held)
+            out["lost_on_extend"] = (await b.extend(k, held)).lost
             out["renewed"] = float(r.zscore(k.reserved, ids[0]) or 0) > before
             out["released"] = await b.release(k, popped.jobs[1], 5.0) == 1
             info = {"exception": "x", "name": "Record", "attempts": 1}

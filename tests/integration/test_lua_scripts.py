@@ -375,15 +375,15 @@ def test_extend_renews_leases_and_returns_lost_ids(rq: RedisQueue) -> None:
     first = r.zscore(k.reserved, a[0])
     tokens = {j.id: j.token for j in res.jobs}
     jobs = [(a[0], tokens[a[0]]), (b[0], tokens[b[0]]), ("9" * 32, 1)]
-    lost = run(rq, lambda br: br.extend(k, jobs), lease_s=30.0)
+    lost = run(rq, lambda br: br.extend(k, jobs), lease_s=30.0).lost
     assert lost == ["9" * 32]
     renewed = r.zscore(k.reserved, a[0])
     assert renewed is not None and first is not None
     assert renewed >= res.now_s * 1000 + 30_000 > first
     ack(rq, [a[0]])
-    assert run(rq, lambda br: br.extend(k, jobs[:2])) == [a[0]]
+    assert run(rq, lambda br: br.extend(k, jobs[:2])).lost == [a[0]]
     # A stale token (the job was handed out again) renews nothing.
-    assert run(rq, lambda br: br.extend(k, [(b[0], tokens[b[0]] - 1)])) == [b[0]]
+    assert run(rq, lambda br: br.extend(k, [(b[0], tokens[b[0]] - 1)])).lost == [b[0]]
 
 
 def test_expired_lease_is_migrated_and_counted_as_a_stall(rq: RedisQueue) -> None:

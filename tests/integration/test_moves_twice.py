@@ -61,10 +61,10 @@ def test_push_twice_lands_the_id_once(rq: RedisQueue) -> None:
 def test_later_twice_keeps_one_due_time(rq: RedisQueue) -> None:
     k, r = k_of(rq), rq.client
     job = envelope()
-    keys = [k.delayed, k.notify, k.jobs, k.done, k.failed]
-    scripts.LATER.call(r, keys, [5000, *job])
+    keys = [k.delayed, k.notify, k.jobs, k.done, k.failed, k.attempts, k.pseq]
+    scripts.LATER.call(r, keys, [5000, 0, *job])
     due = r.zscore(k.delayed, job[0])
-    scripts.LATER.call(r, keys, [9000, *job])
+    scripts.LATER.call(r, keys, [9000, 0, *job])
     assert r.zscore(k.delayed, job[0]) == due and r.zcard(k.delayed) == 1
 
 
@@ -154,7 +154,7 @@ def test_a_stale_holder_cannot_touch_the_new_holder(rq: RedisQueue) -> None:
     assert (b.id, b.stalls, b.attempts) == (job_id, 1, 1) and b.token != a.token
     lease = r.zscore(k.reserved, job_id)
 
-    assert run(rq, lambda br: br.extend(k, [(a.id, a.token)]), lease_s=600.0) == [job_id]
+    assert run(rq, lambda br: br.extend(k, [(a.id, a.token)]), lease_s=600.0).lost == [job_id]
     assert r.zscore(k.reserved, job_id) == lease  # B's lease not renewed by A
     assert run(rq, lambda br: br.ack(k, [(a.id, a.token)], 1)) == [job_id]
     assert run(rq, lambda br: br.release(k, a, 0, exception=True)) == -1
@@ -182,3 +182,40 @@ def test_stalls_give_the_attempt_back_and_count_apart(rq: RedisQueue) -> None:
         time.sleep(0.05)
     assert tokens == sorted(tokens) and len(set(tokens)) == 3
     assert r.hget(k.attempts, f"{job.id}:s") == b"2"
+
+
+def test_push_priority_twice_queues_once(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    job = envelope()
+    keys = [k.prio, k.notify, k.jobs, k.done, k.failed, k.attempts, k.pseq]
+    assert scripts.PUSH_PRIORITY.call(r, keys, [7, *job]) == 1
+    assert scripts.PUSH_PRIORITY.call(r, keys, [7, *job]) == 0
+    assert r.zcard(k.prio) == 1 and r.hget(k.attempts, f"{job[0]}:p") == b"7"
+
+
+def test_cancel_twice_is_the_same_cancel(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    job = envelope()
+    scripts.PUSH.call(r, [k.ready, k.notify, k.jobs, k.done, k.failed], list(job))
+    keys = [k.ready, k.delayed, k.reserved, k.notify, k.jobs, k.attempts, k.done, k.failed,
+            k.cancelled]  # fmt: skip
+    assert scripts.CANCEL.call(r, keys, [job[0], "chan"]) == b"pending"
+    assert scripts.CANCEL.call(r, keys, [job[0], "chan"]) == b"pending"
+    [res] = pop(rq).jobs  # the copy at the head, handed out as cancelled
+    assert res.cancelled
+    assert run(rq, lambda b: b.cancelled(k, res)) is True
+    assert run(rq, lambda b: b.cancelled(k, res)) is True  # re-sent: from the receipt
+    assert r.zcard(k.cancelled) == 1 and not r.hexists(k.jobs, job[0])
+    assert pop(rq).jobs == []  # the stale copy left behind is dropped
+    assert scripts.CANCEL.call(r, keys, [job[0], "chan"]) == b"cancelled"
+
+
+def test_progress_from_a_stale_holder_is_refused(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    job = envelope()
+    scripts.PUSH.call(r, [k.ready, k.notify, k.jobs, k.done, k.failed], list(job))
+    [res] = pop(rq).jobs
+    assert run(rq, lambda b: b.progress(k, res, b'{"done":1}', 60000)) is True
+    stale = type(res)(res.id, res.queue, res.attempts, res.exceptions, res.envelope, res.token + 1)
+    assert run(rq, lambda b: b.progress(k, stale, b'{"done":2}', 60000)) is False
+    assert r.get(k.progress(res.id)) == b'{"done":1}'

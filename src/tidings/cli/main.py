@@ -31,6 +31,7 @@ from tidings.observability.lifecycle import (
     JobProcessed,
     JobProcessing,
     JobReleased,
+    JobWasCancelled,
     WorkerStopping,
 )
 from tidings.observability.redaction import redact, redact_json
@@ -156,6 +157,10 @@ def install_output(app: App, *, json_logs: bool) -> None:
             out.write(tag + escape(text + again) + "\n")
         out.flush()
 
+    def cancelled(e: JobWasCancelled) -> None:
+        line("Cancelled", e, "" if e.ran else " (never run)", ran=e.ran)
+
+    app.listen(JobWasCancelled, cancelled)
     app.listen(JobProcessing, processing)
     app.listen(JobProcessed, processed)
     app.listen(JobFailed, failed)
@@ -429,6 +434,72 @@ def clear(ctx: click.Context, queue: str) -> None:
     """Delete every waiting job of a queue."""
     n = _app(ctx).queue_for(None).clear(queue)
     click.echo(f"Cleared {cli_observe.plural(n, 'job')} from {escape(queue)}.")
+
+
+@main.command()
+@click.argument("ids", nargs=-1, required=True)
+@click.option("--queue", "queue", default=None, help="The job's queue (default: every known one).")
+@click.pass_context
+def cancel(ctx: click.Context, ids: tuple[str, ...], queue: str | None) -> None:
+    """Cancel jobs: waiting or delayed ones never run; running ones are stopped."""
+    from tidings.cli.observe import known_queues
+    from tidings.errors import JobNotFound
+
+    app = _app(ctx)
+    queues = [queue] if queue else known_queues(app, app.queue_for(None))
+    missing = 0
+    for job_id in ids:
+        try:
+            out = _cancel_on(app, job_id, queues)
+        except JobNotFound:
+            missing += 1
+            click.echo(f"{escape(job_id)}: no such job")
+            continue
+        note = "" if out.changed else " (finished already: nothing changed)"
+        click.echo(f"{escape(job_id)}: {out}{note}")
+    if missing:
+        sys.exit(1)
+
+
+def _cancel_on(app: App, job_id: str, queues: list[str]) -> Any:
+    from tidings.moves.control import cancel as cancel_move
+
+    return cancel_move(app.queue_for(None), job_id, queues)
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("--queue", "queue", default=None, help="The job's queue (default: every known one).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def status(ctx: click.Context, job_id: str, queue: str | None, as_json: bool) -> None:
+    """Show a job's state, measured times and last reported progress."""
+    from tidings.cli.observe import known_queues
+
+    app = _app(ctx)
+    queues = [queue] if queue else known_queues(app, app.queue_for(None))
+    state = None
+    for name in queues:
+        state = app.job_status(job_id, name)
+        if state is not None:
+            break
+    p = state.progress if state is not None else None
+    doc = {
+        "id": job_id,
+        "status": None if state is None else str(state),
+        "progress": None if p is None else {"done": p.done, "total": p.total, "note": p.note,
+                                            "at": p.at},
+    }  # fmt: skip
+    if as_json:
+        click.echo(escape_json(orjson.dumps(doc).decode()))
+        return
+    line = f"{escape(job_id)}: {doc['status'] or 'no record'}"
+    if p is not None:
+        of = f"/{p.total:g}" if p.total is not None else ""
+        line += f"  progress {p.done:g}{of}" + (f" ({escape(p.note)})" if p.note else "")
+    click.echo(line)
+    if state is None:
+        sys.exit(1)
 
 
 @main.group()

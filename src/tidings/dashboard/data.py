@@ -248,8 +248,8 @@ class Reader:
             if len(chunk) < want and position == (chunk[-1] if chunk else position):
                 exhausted = True
                 break
-        more = not exhausted and position is not None and bool(
-            self._next_entries(queues, position, 1)
+        more = (
+            not exhausted and position is not None and bool(self._next_entries(queues, position, 1))
         )
         return FailedPage(rows=rows, next=encode_cursor(position) if more and position else "",
                           scanned=scanned, total=total,

@@ -183,9 +183,11 @@ class Guard:
         if verdict is not None:
             wait = sec.throttle.blocked_for(client)
             if wait:
-                return 429, "too many failed logins: try again later", {
-                    "retry-after": str(int(wait) + 1)
-                }
+                return (
+                    429,
+                    "too many failed logins: try again later",
+                    {"retry-after": str(int(wait) + 1)},
+                )
             if verdict:
                 return None
             sec.throttle.failed(client)

@@ -72,9 +72,7 @@ def check_token(token: str) -> None:
     problem = ""
     if len(token) < MIN_TOKEN_CHARS:
         problem = f"it has {len(token)} characters, at least {MIN_TOKEN_CHARS} are needed"
-    elif (
-        len(set(token)) < MIN_TOKEN_DISTINCT or _shannon_bits(token) < MIN_TOKEN_BITS
-    ):
+    elif len(set(token)) < MIN_TOKEN_DISTINCT or _shannon_bits(token) < MIN_TOKEN_BITS:
         problem = "it repeats too few different characters to be a secret"
     if problem:
         raise ConfigurationError(

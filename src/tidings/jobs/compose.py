@@ -10,7 +10,7 @@ from typing import Any
 
 from tidings import _clock
 from tidings.jobs.backoff import encode_backoff
-from tidings.jobs.job import Job, PendingDispatch, delay_seconds, option
+from tidings.jobs.job import Job, PendingDispatch, check_priority, delay_seconds, option
 from tidings.observability import tracing
 from tidings.wire import serializer
 from tidings.wire.encryption import seal_data
@@ -76,6 +76,9 @@ def build_body(job: Job, job_id: str, chain: list[Any] | None = None) -> JobBody
         "chain": chain or [],
         "chainCatch": None,
     }
+    priority = option(src, "priority")
+    if priority:
+        body["priority"] = check_priority(priority, f"priority of {job.display_name()}")
     max_stalls = option(src, "max_stalls")
     if max_stalls is not None:
         body["maxStalls"] = int(max_stalls)
@@ -86,20 +89,83 @@ def build_body(job: Job, job_id: str, chain: list[Any] | None = None) -> JobBody
     return body
 
 
+DEFAULT_RESULT_TTL_S = 86400.0
+DEFAULT_RESULT_MAX_BYTES = 1024 * 1024
+
+
+def priority_of(pending: PendingDispatch) -> int:
+    """The priority a dispatch asks for: ``with_priority``, else the job's (or its
+    listener's or notification's) ``priority``, else 0.
+
+    Raises:
+        ValidationError: not an int from -100 to 100.
+    """
+    if pending.priority is not None:
+        return check_priority(pending.priority, "with_priority()")
+    value = option(pending.job.option_source(), "priority")
+    if value is None:
+        return 0
+    return check_priority(value, f"priority of {pending.job.display_name()}")
+
+
+def result_options(
+    pending: PendingDispatch,
+    *,
+    store_results: bool = False,
+    result_ttl_s: float = DEFAULT_RESULT_TTL_S,
+    result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
+) -> tuple[int, int] | None:
+    """``(ttl ms, max bytes)`` when the job's return value is to be kept, else None: the
+    dispatch's ``with_result``, else the job's ``store_result``, else the App's
+    ``store_results`` (``TIDINGS_STORE_RESULTS``)."""
+    src = pending.job.option_source()
+    wanted = pending.store_result
+    if wanted is None:
+        wanted = option(src, "store_result")
+    if not (store_results if wanted is None else wanted):
+        return None
+    ttl = pending.result_ttl_s if pending.result_ttl_s is not None else option(src, "result_ttl_s")
+    cap = option(src, "result_max_bytes")
+    return int((ttl if ttl is not None else result_ttl_s) * 1000), int(
+        cap if cap is not None else result_max_bytes
+    )
+
+
 def prepare(
-    pending: PendingDispatch, signer: Signer, *, max_bytes: int
-) -> tuple[str, str, bytes, float]:
-    """Everything a push needs: (queue, job id, envelope, delay seconds).
+    pending: PendingDispatch,
+    signer: Signer,
+    *,
+    max_bytes: int,
+    store_results: bool = False,
+    result_ttl_s: float = DEFAULT_RESULT_TTL_S,
+    result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
+) -> tuple[str, str, bytes, float, int]:
+    """Everything a push needs: (queue, job id, envelope, delay seconds, priority).
 
     Raises:
         SerializationError: nothing was pushed.
+        ValidationError: a priority outside -100..100; nothing was pushed.
     """
     job = pending.job
     src = job.option_source()
     queue = pending.queue or option(src, "queue") or "default"
     delay = pending.delay_s if pending.delay_s is not None else default_delay(job)
+    priority = priority_of(pending)
     job_id = new_id()
     body = build_body(job, job_id, pending.chain)
     body["chainCatch"] = pending.catch
+    if priority:
+        body["priority"] = priority
+    else:
+        body.pop("priority", None)
+    keep = result_options(
+        pending,
+        store_results=store_results,
+        result_ttl_s=result_ttl_s,
+        result_max_bytes=result_max_bytes,
+    )
+    if keep is not None:
+        body["result"] = keep[0]
+        body["resultMaxBytes"] = keep[1]
     envelope = seal(body, signer, max_bytes=max_bytes, queue=str(queue))
-    return str(queue), job_id, envelope, delay
+    return str(queue), job_id, envelope, delay, priority

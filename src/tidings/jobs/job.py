@@ -12,12 +12,13 @@ import asyncio
 import contextvars
 import datetime as dt
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from tidings import _clock, _current
+from tidings.errors import JobCancelled, ValidationError
 
 Delay = float | int | dt.timedelta | dt.datetime
 
@@ -52,6 +53,24 @@ class JobRun:
     body: Any = None
     uncount: bool = False
     batch: BatchHandle | None = None
+    cancelled: bool = False
+    """``app.cancel`` asked for this run to stop (set by the worker, read by the job)."""
+    report: Callable[[float, float | None, str | None], None] | None = None
+    """Where ``self.progress`` goes (the worker's throttled progress writer)."""
+    handler_task: asyncio.Task[Any] | None = None
+    """The task awaiting an async ``handle`` right now (None outside it): what a cancel
+    of a running async job cancels."""
+    cancel_sent: bool = False
+    """The worker cancelled ``handler_task`` for a cancel (told from a timeout's)."""
+
+    def request_cancel(self) -> None:
+        """Ask this run to stop: a sync job sees ``self.cancelled``; an async handler
+        running now is cancelled at its current ``await`` (its ``finally`` blocks run)."""
+        self.cancelled = True
+        task = self.handler_task
+        if task is not None and not self.cancel_sent and not task.done():
+            self.cancel_sent = True
+            task.cancel("tidings: job cancelled")
 
 
 _ASYNC_HANDLE: dict[type, bool] = {}
@@ -87,6 +106,22 @@ def delay_seconds(value: Delay | None) -> float:
     return max(0.0, float(value))
 
 
+PRIORITY_MIN, PRIORITY_MAX = -100, 100
+
+
+def check_priority(value: object, where: str = "priority") -> int:
+    """``value`` as a priority, an int from -100 to 100 (higher runs first).
+
+    Raises:
+        ValidationError: not an int in that range (``where`` names the option or call).
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValidationError(f"{where} must be an int from -100 to 100, not {value!r}")
+    if not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise ValidationError(f"{where} must be from -100 to 100 (Django's range), not {value}")
+    return value
+
+
 def option(source: Any, name: str) -> Any:
     """Read option ``name`` from a job or listener: an attribute, or a method returning it."""
     value = getattr(source, name, None)
@@ -105,7 +140,10 @@ class Job:
     (how often its lease may expire, its worker dead or frozen, before it fails as
     "stalled N times"; None: the worker's ``--max-stalls``, default 3); for unique and
     debounced jobs ``unique_for``, ``unique_until``, ``debounce_for``,
-    ``debounce_max_wait`` with :meth:`unique_id` (see :mod:`tidings.workflows.unique`).
+    ``debounce_max_wait`` with :meth:`unique_id` (see :mod:`tidings.workflows.unique`);
+    ``priority`` (-100..100, higher first within a queue; default 0); ``store_result``
+    (keep what ``handle`` returns for ``app.result``; None: ``TIDINGS_STORE_RESULTS``),
+    ``result_ttl_s`` and ``result_max_bytes`` (None: the App's settings).
     """
 
     __tidings_serializable__: ClassVar[bool] = True
@@ -121,6 +159,10 @@ class Job:
     unique_until: ClassVar[str] = "completion"
     debounce_for: ClassVar[float | None] = None
     debounce_max_wait: ClassVar[float | None] = None
+    priority: ClassVar[int | None] = None
+    store_result: ClassVar[bool | None] = None
+    result_ttl_s: ClassVar[float | None] = None
+    result_max_bytes: ClassVar[int | None] = None
 
     def unique_id(self) -> str:
         """What makes two dispatches "the same job" for ``unique_for`` / ``debounce_for``."""
@@ -179,6 +221,31 @@ class Job:
         run = _run.get()
         return run.batch if run is not None else None
 
+    @property
+    def cancelled(self) -> bool:
+        """Whether ``app.cancel`` asked this run to stop (a sync job polls it)."""
+        run = _run.get()
+        return run.cancelled if run is not None else False
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`~tidings.errors.JobCancelled` if this run was cancelled.
+
+        The job is then recorded as cancelled: not retried, ``failed()`` not called.
+        """
+        run = _run.get()
+        if run is not None and run.cancelled:
+            raise JobCancelled(f"job {run.job_id} was cancelled", job_id=run.job_id)
+
+    def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
+        """Report how far the run is (``app.job_status(id).progress``, ``JobProgressed``).
+
+        Cheap to call often: at most one Redis write per 100 ms per job, and the last
+        value is always written. Works in sync and async handlers.
+        """
+        run = _run.get()
+        if run is not None and run.report is not None:
+            run.report(done, total, note)
+
     def release(self, delay: Delay = 0) -> None:
         """Put the job back on its queue after ``handle`` returns (counts as an attempt)."""
         run = _run.get()
@@ -206,6 +273,14 @@ class Job:
     def delay(self, delay: Delay) -> PendingDispatch:
         """Dispatch options: run no sooner than ``delay`` from now."""
         return PendingDispatch(self).delay(delay)
+
+    def with_priority(self, priority: int) -> PendingDispatch:
+        """Dispatch options: ``priority`` from -100 to 100 (higher runs first)."""
+        return PendingDispatch(self).with_priority(priority)
+
+    def with_result(self, ttl_s: float | None = None) -> PendingDispatch:
+        """Dispatch options: keep what ``handle`` returns (for ``app.result``)."""
+        return PendingDispatch(self).with_result(ttl_s)
 
     def dispatch(self) -> str | None:
         """Push the job on its queue; returns the job id.
@@ -243,6 +318,9 @@ class PendingDispatch:
     delay_s: float | None = None
     chain: list[Any] = field(default_factory=list)
     catch: Any = None
+    priority: int | None = None
+    store_result: bool | None = None
+    result_ttl_s: float | None = None
 
     def on_queue(self, name: str) -> PendingDispatch:
         """Use queue ``name``."""
@@ -257,6 +335,22 @@ class PendingDispatch:
     def delay(self, delay: Delay) -> PendingDispatch:
         """Run no sooner than ``delay`` from now."""
         self.delay_s = delay_seconds(delay)
+        return self
+
+    def with_priority(self, priority: int) -> PendingDispatch:
+        """Run before jobs of lower priority on its queue (-100..100, default 0).
+
+        Raises:
+            ValidationError: not an int from -100 to 100.
+        """
+        self.priority = check_priority(priority, "with_priority()")
+        return self
+
+    def with_result(self, ttl_s: float | None = None) -> PendingDispatch:
+        """Keep what ``handle`` returns, for ``app.result``, ``ttl_s`` seconds (None: the
+        job's ``result_ttl_s``, else ``TIDINGS_RESULT_TTL_S``, a day)."""
+        self.store_result = True
+        self.result_ttl_s = ttl_s
         return self
 
     def dispatch(self) -> str | None:

@@ -38,6 +38,18 @@ class Reserved:
     """The reservation token: ack, release, fail and extend act only while it matches."""
     stalls: int = 0
     """How many times a lease of this job expired before (its worker died or froze)."""
+    cancelled: bool = False
+    """``app.cancel`` marked it before this pop: settle it as cancelled, never run it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Renewed:
+    """What a lease renewal found."""
+
+    lost: list[str]
+    """Ids whose reservation was lost (handed out again)."""
+    cancelled: list[str]
+    """Ids renewed that ``app.cancel`` marked meanwhile."""
 
 
 @dataclass(slots=True)
@@ -53,9 +65,9 @@ class PopResult:
 
 def pop_result(k: QueueKeys, raw: list[Any]) -> PopResult:
     """Read the pop script's reply:
-    ``{now_ms, wait_ms, dropped, id, attempts, exc, body, token, stalls, ...}``."""
+    ``{now_ms, wait_ms, dropped, id, attempts, exc, body, token, stalls, cancelled, ...}``."""
     jobs = []
-    for i in range(3, len(raw) - 5, 6):
+    for i in range(3, len(raw) - 6, 7):
         try:
             jobs.append(
                 Reserved(
@@ -66,6 +78,7 @@ def pop_result(k: QueueKeys, raw: list[Any]) -> PopResult:
                     raw[i + 3],
                     int(raw[i + 4]),
                     int(raw[i + 5]),
+                    raw[i + 6] == 1,
                 )
             )
         except (AttributeError, TypeError, ValueError):
@@ -108,6 +121,8 @@ class Broker:
             k.tokens,
             k.receipt(f"pop:{self.worker_id}"),
             k.done,  # a finished job put back (a replay) is dropped
+            k.prio,
+            k.pseq,
         ]
         seq = self._pop_seq.get(k.name, 0)
         return keys, [n, self.lease_ms, self.max_bytes, 1000, k.name, seq]
@@ -127,16 +142,26 @@ class Broker:
         self._ack_seq += 1
         return self._ack_seq
 
-    async def ack(self, k: QueueKeys, jobs: Sequence[tuple[str, int]], seq: int) -> list[str]:
-        """Delete finished ``(id, token)`` jobs; returns the ids that had lost their
-        reservation (handed out again: left alone).
+    async def ack(
+        self,
+        k: QueueKeys,
+        jobs: Sequence[tuple[str, int]],
+        seq: int,
+        results: Sequence[tuple[str, int, int, bytes]] = (),
+    ) -> list[str]:
+        """Delete finished ``(id, token)`` jobs, and ``(id, token, ttl_ms, result)`` jobs
+        storing their signed results in the same step; returns the ids that had lost
+        their reservation (handed out again: left alone, no result written).
 
         ``seq`` comes from :meth:`ack_seq`, once per batch: sending the same batch again
         with it is answered from the first run's receipt."""
-        args: list[scripts.Arg] = [DONE_KEEP_MS, DONE_MAX, seq]
+        args: list[scripts.Arg] = [DONE_KEEP_MS, DONE_MAX, seq, len(jobs)]
         for job_id, token in jobs:
             args += (job_id, token)
         keys = [k.reserved, k.jobs, k.attempts, k.done, k.receipt(f"ack:{self.worker_id}")]
+        for job_id, token, ttl_ms, result in results:
+            args += (job_id, token, ttl_ms, result)
+            keys.append(k.result(job_id))
         raw = await scripts.ACK.acall(self.client, keys, args)
         return [r.decode() for r in raw]
 
@@ -159,6 +184,8 @@ class Broker:
             k.jobs,
             k.attempts,
             k.receipt(str(job.token)),
+            k.prio,
+            k.pseq,
         ]
         args: list[scripts.Arg] = [
             job.id,
@@ -180,15 +207,44 @@ class Broker:
             k.failed_info,
             k.failed_body,
             k.receipt(str(job.token)),
+            k.result(job.id),
         ]
         args: list[scripts.Arg] = [job.id, orjson.dumps(info), b"", job.token]
         return int(await scripts.FAIL.acall(self.client, keys, args)) >= 0
 
-    async def extend(self, k: QueueKeys, jobs: Sequence[tuple[str, int]]) -> list[str]:
+    async def extend(self, k: QueueKeys, jobs: Sequence[tuple[str, int]]) -> Renewed:
         """Renew the leases of ``(id, token)`` jobs; returns the ids whose reservation
-        was lost (their new holder's lease is left alone)."""
+        was lost (their new holder's lease is left alone), and those ``app.cancel``
+        marked meanwhile."""
         args: list[scripts.Arg] = [self.lease_ms]
         for job_id, token in jobs:
             args += (job_id, token)
         raw = await scripts.EXTEND.acall(self.client, [k.reserved, k.attempts], args)
-        return [r.decode() for r in raw]
+        lost, cancelled = [], []
+        for r in raw:
+            text = r.decode()
+            if text.startswith("c:"):
+                cancelled.append(text[2:])
+            else:
+                lost.append(text)
+        return Renewed(lost, cancelled)
+
+    async def cancelled(self, k: QueueKeys, job: Reserved) -> bool:
+        """Record a cancelled job as cancelled (it never ran, or its run was cancelled);
+        False when its reservation was lost (nothing changed)."""
+        keys = [
+            k.reserved,
+            k.jobs,
+            k.attempts,
+            k.cancelled,
+            k.receipt(str(job.token)),
+            k.result(job.id),
+        ]
+        args: list[scripts.Arg] = [job.id, job.token, DONE_KEEP_MS, DONE_MAX]
+        return int(await scripts.CANCEL_SETTLE.acall(self.client, keys, args)) >= 0
+
+    async def progress(self, k: QueueKeys, job: Reserved, data: bytes, ttl_ms: int) -> bool:
+        """Keep ``data`` as the job's progress while it is still this worker's."""
+        keys = [k.attempts, k.progress(job.id)]
+        args: list[scripts.Arg] = [job.id, job.token, data, ttl_ms]
+        return bool(await scripts.PROGRESS.acall(self.client, keys, args))

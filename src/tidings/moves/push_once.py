@@ -19,25 +19,38 @@ ONCE_KEEP_S = 7 * 24 * 3600.0
 
 
 def _call(
-    rq: RedisQueue, queue: str, job_id: str, envelope: bytes, delay_s: float
+    rq: RedisQueue, queue: str, job_id: str, envelope: bytes, delay_s: float, priority: int
 ) -> tuple[list[str], list[Arg]]:
     k = rq.keys(queue)
     keys = [k.ready, k.delayed, k.notify, k.jobs, once_key(rq.prefix, queue, job_id)]
     args: list[Arg] = [job_id, envelope, int(delay_s * 1000), int(ONCE_KEEP_S * 1000)]
+    if priority:
+        keys += [k.prio, k.pseq, k.attempts]
+        args.append(priority)
     return keys, args
 
 
 def push_once(
-    rq: RedisQueue, queue: str, job_id: str, envelope: bytes, delay_s: float = 0.0
+    rq: RedisQueue,
+    queue: str,
+    job_id: str,
+    envelope: bytes,
+    delay_s: float = 0.0,
+    priority: int = 0,
 ) -> bool:
     """Push ``job_id`` unless it was pushed before; True when pushed now."""
-    keys, args = _call(rq, queue, job_id, envelope, delay_s)
+    keys, args = _call(rq, queue, job_id, envelope, delay_s, priority)
     return bool(scripts.PUSH_ONCE.call(rq.client, keys, args))
 
 
 async def push_once_async(
-    rq: RedisQueue, queue: str, job_id: str, envelope: bytes, delay_s: float = 0.0
+    rq: RedisQueue,
+    queue: str,
+    job_id: str,
+    envelope: bytes,
+    delay_s: float = 0.0,
+    priority: int = 0,
 ) -> bool:
     """Async twin of :func:`push_once`."""
-    keys, args = _call(rq, queue, job_id, envelope, delay_s)
+    keys, args = _call(rq, queue, job_id, envelope, delay_s, priority)
     return bool(await scripts.PUSH_ONCE.acall(rq.aclient(), keys, args))

@@ -348,9 +348,10 @@ class RedisQueue:
     # -- producing -------------------------------------------------------------------
 
     def _push_move(
-        self, queue: str, items: Sequence[tuple[str, bytes]], delay_s: float
+        self, queue: str, items: Sequence[tuple[str, bytes]], delay_s: float, priority: int = 0
     ) -> tuple[scripts.LuaScript, list[str], list[scripts.Arg]]:
-        """The script, keys and arguments of a push (``later`` when delayed)."""
+        """The script, keys and arguments of a push (``later`` when delayed,
+        ``push_priority`` for a priority other than 0)."""
         k = self.keys(queue)
         args: list[scripts.Arg] = []
         for job_id, envelope in items:
@@ -358,25 +359,31 @@ class RedisQueue:
         if delay_s > 0:
             return (
                 scripts.LATER,
-                [k.delayed, k.notify, k.jobs, k.done, k.failed],
-                [
-                    int(delay_s * 1000),
-                    *args,
-                ],
+                [k.delayed, k.notify, k.jobs, k.done, k.failed, k.attempts, k.pseq],
+                [int(delay_s * 1000), priority, *args],
             )
+        if priority:
+            keys = [k.prio, k.notify, k.jobs, k.done, k.failed, k.attempts, k.pseq]
+            return scripts.PUSH_PRIORITY, keys, [priority, *args]
         return scripts.PUSH, [k.ready, k.notify, k.jobs, k.done, k.failed], args
 
     def _wait(self) -> list[int]:
         """The arguments of a confirmed push's ``WAIT``."""
         return [self.confirm_replicas, self.confirm_timeout_ms]
 
-    def push(self, queue: str, items: Sequence[tuple[str, bytes]], delay_s: float = 0.0) -> None:
-        """Push ``(id, envelope)`` items in one round trip.
+    def push(
+        self,
+        queue: str,
+        items: Sequence[tuple[str, bytes]],
+        delay_s: float = 0.0,
+        priority: int = 0,
+    ) -> None:
+        """Push ``(id, envelope)`` items in one round trip, at ``priority`` (-100..100).
 
         Raises:
             QueueUnavailable: Redis could not be reached; nothing was written.
         """
-        script, keys, args = self._push_move(queue, items, delay_s)
+        script, keys, args = self._push_move(queue, items, delay_s, priority)
         with _guard(f"push to {queue!r}"):
             self.produce(queue, script, keys, args)
 
@@ -443,10 +450,14 @@ class RedisQueue:
         return self._fast
 
     async def push_async(
-        self, queue: str, items: Sequence[tuple[str, bytes]], delay_s: float = 0.0
+        self,
+        queue: str,
+        items: Sequence[tuple[str, bytes]],
+        delay_s: float = 0.0,
+        priority: int = 0,
     ) -> None:
         """Async twin of :meth:`push`."""
-        script, keys, args = self._push_move(queue, items, delay_s)
+        script, keys, args = self._push_move(queue, items, delay_s, priority)
         async with _aguard(f"push to {queue!r}"):
             await self.aproduce(queue, script, keys, args)
 
@@ -503,9 +514,10 @@ class RedisQueue:
                     pipe.zcard(k.delayed)
                     pipe.zcard(k.reserved)
                     pipe.zcard(k.failed)
-                    ready, delayed, reserved, failed = pipe.execute()
+                    pipe.zcard(k.prio)
+                    ready, delayed, reserved, failed, prio = pipe.execute()
                     out[name] = {
-                        "ready": ready,
+                        "ready": ready + prio,
                         "delayed": delayed,
                         "reserved": reserved,
                         "failed": failed,
@@ -513,7 +525,8 @@ class RedisQueue:
         return out
 
     def status(self, job_id: str, queues: Sequence[str]) -> str | None:
-        """pending / delayed / reserved / done / failed, or None when no record is left.
+        """pending / delayed / reserved / done / failed / cancelled (or cancelling: a
+        running job ``cancel`` was asked for), or None when no record is left.
 
         A queue whose keys have the wrong type is skipped (logged at ERROR).
         """
@@ -528,12 +541,16 @@ class RedisQueue:
                     pipe.hexists(k.jobs, job_id)
                     pipe.zscore(k.failed, job_id)
                     pipe.zscore(k.done, job_id)
+                    pipe.zscore(k.cancelled, job_id)
+                    pipe.hexists(k.attempts, f"{job_id}:c")
                     replies = pipe.execute()
                 if replies is None:
                     continue
-                reserved, delayed, exists, failed, done = replies
+                reserved, delayed, exists, failed, done, cancelled, marked = replies
+                if cancelled is not None or (marked and reserved is None and exists):
+                    return "cancelled"
                 if reserved is not None:
-                    return "reserved"
+                    return "cancelling" if marked else "reserved"
                 if delayed is not None:
                     return "delayed"
                 if exists:
@@ -550,7 +567,9 @@ class RedisQueue:
         total = 0
         while True:
             n = int(
-                scripts.CLEAR.call(self.client, [k.ready, k.delayed, k.jobs, k.attempts], [1000])
+                scripts.CLEAR.call(
+                    self.client, [k.ready, k.delayed, k.jobs, k.attempts, k.prio], [1000]
+                )
             )
             total += n
             if n == 0:

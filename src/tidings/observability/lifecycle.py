@@ -89,3 +89,26 @@ class ReservationLost:
 
     job_id: str
     queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobProgressed:
+    """A running job reported progress (``self.progress``; throttled: at most one event
+    per 100 ms per job, the last value always announced)."""
+
+    job_id: str
+    queue: str
+    done: float
+    total: float | None
+    note: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobWasCancelled:
+    """A job was cancelled by ``app.cancel``: settled unrun, or its run stopped."""
+
+    job_id: str
+    queue: str
+    name: str
+    ran: bool
+    """Whether its handler had started (an async one was cancelled, a sync one stopped)."""

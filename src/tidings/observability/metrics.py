@@ -225,19 +225,53 @@ class JobTiming:
     outcome: str
 
 
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What a job last reported with ``self.progress(done, total, note)``; ``at`` is
+    when (epoch seconds)."""
+
+    done: float
+    total: float | None
+    note: str | None
+    at: float
+
+    @classmethod
+    def parse(cls, raw: bytes | str | None) -> Progress | None:
+        """Read the stored JSON (None when absent or unreadable)."""
+        if not raw:
+            return None
+        try:
+            doc = orjson.loads(raw)
+            total = doc.get("total")
+            note = doc.get("note")
+            return cls(
+                float(doc["done"]),
+                None if total is None else float(total),
+                None if note is None else str(note),
+                float(doc["at"]),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            return None
+
+
 class JobStatus(str):
-    """A job's state (``"done"``...) that also carries its measured wait and runtime."""
+    """A job's state (``"done"``...) that also carries its measured wait and runtime,
+    and the progress it last reported (``progress``, None if it never did)."""
 
     wait_s: float | None
     runtime_s: float | None
     outcome: str | None
+    progress: Progress | None
 
     @classmethod
-    def of(cls, state: str, timing: JobTiming | None) -> JobStatus:
+    def of(
+        cls, state: str, timing: JobTiming | None, progress: Progress | None = None
+    ) -> JobStatus:
         s = cls(state)
         s.wait_s = timing.wait_s if timing else None
         s.runtime_s = timing.runtime_s if timing else None
         s.outcome = timing.outcome if timing else None
+        s.progress = progress
         return s
 
 
@@ -270,9 +304,7 @@ class Meter:
     process (a few dictionary updates); :meth:`run` is the flushing task.
     """
 
-    def __init__(
-        self, prefix: str, *, worker: Observed | None = None, version: str = ""
-    ) -> None:
+    def __init__(self, prefix: str, *, worker: Observed | None = None, version: str = "") -> None:
         self.prefix = prefix
         self.worker = worker
         self.version = version

@@ -18,7 +18,20 @@ slot and runs unchanged on Redis Cluster::
     {prefix}:queue:{Q}:failed         zset id -> failure time
     {prefix}:queue:{Q}:failed:info    hash id -> JSON {exception, name, queue, attempts}
     {prefix}:queue:{Q}:failed:body    hash id -> the envelope as it was
+    {prefix}:queue:{Q}:prio           zset id -> (100 - priority) * 2^45 + sequence: ready
+                                      jobs of a priority other than 0, higher first, FIFO
+                                      among equals (priority 0 stays on the ready list)
+    {prefix}:queue:{Q}:pseq           the priority sequence; exists only once the queue
+                                      saw a priority (queues without keep the fast path)
+    {prefix}:queue:{Q}:cancelled      zset id -> cancel time (bounded, for job_status)
+    {prefix}:queue:{Q}:result:<id>    the job's signed return value (result_ttl_s); also
+                                      the pub/sub channel app.result waits on
+    {prefix}:queue:{Q}:progress:<id>  JSON {done, total, note, at} of a running job
     {prefix}:restart                  restart signal (a Redis timestamp)
+    {prefix}:cancels                  pub/sub channel: ids of running jobs to cancel
+
+Beside a job in the attempts hash: id:p its priority (absent: 0), id:c set once
+``app.cancel`` asked for it (pop then hands it out as cancelled, never to run).
 """
 
 from __future__ import annotations
@@ -42,6 +55,9 @@ class QueueKeys:
     failed_info: str
     failed_body: str
     tokens: str
+    prio: str
+    pseq: str
+    cancelled: str
 
     @classmethod
     def build(cls, prefix: str, name: str) -> QueueKeys:
@@ -60,16 +76,33 @@ class QueueKeys:
             failed_info=f"{base}:failed:info",
             failed_body=f"{base}:failed:body",
             tokens=f"{base}:tokens",
+            prio=f"{base}:prio",
+            pseq=f"{base}:pseq",
+            cancelled=f"{base}:cancelled",
         )
 
     def receipt(self, what: str) -> str:
         """The receipt key of a move: ``pop:<worker>``, ``ack:<worker>`` or a token."""
         return f"{self.ready}:rcpt:{what}"
 
+    def result(self, job_id: str) -> str:
+        """The key holding ``job_id``'s stored return value, and the channel its
+        waiters listen on (the ack, fail and cancel moves publish there)."""
+        return f"{self.ready}:result:{job_id}"
+
+    def progress(self, job_id: str) -> str:
+        """The key holding ``job_id``'s last reported progress."""
+        return f"{self.ready}:progress:{job_id}"
+
 
 def restart_key(prefix: str) -> str:
     """The key ``notify-worker restart`` sets."""
     return f"{prefix}:restart"
+
+
+def cancel_channel(prefix: str) -> str:
+    """The pub/sub channel ``app.cancel`` tells workers of a running job on."""
+    return f"{prefix}:cancels"
 
 
 def queue_pattern(prefix: str) -> str:

@@ -61,6 +61,7 @@ def registered() -> dict[str, LuaScript]:
 
 # -- a job's life on its queue (tidings.moves) --------------------------------------------
 PUSH = _declare("push")
+PUSH_PRIORITY = _declare("push_priority")
 LATER = _declare("later")
 PUSH_ONCE = _declare("push_once")
 POP = _declare("pop")
@@ -68,10 +69,13 @@ ACK = _declare("ack")
 RELEASE = _declare("release")
 FAIL = _declare("fail")
 EXTEND = _declare("extend")
+PROGRESS = _declare("progress")
+CANCEL_SETTLE = _declare("cancel_settle")
 # -- the operator's commands on a queue and its failed store (tidings.moves.queues) ------
 RETRY = _declare("retry")
 FORGET = _declare("forget")
 CLEAR = _declare("clear")
+CANCEL = _declare("cancel")
 # -- limits: rate limits, overlap locks and exception throttling (tidings.jobs.limits);
 #    LOCK/UNLOCK also hold a schedule's lease and a unique job's lock ---------------------
 RATE_LIMIT = _declare("rate_limit")

@@ -42,6 +42,9 @@ Optional fields (absent on plain jobs; see :mod:`tidings.workflows.batch` and
 ``uniqueConnection`` the named connection that lock lives on (absent: the default)
 ``trace``          W3C trace context headers of the dispatcher
                    (see :mod:`tidings.observability.tracing`)
+``priority``       -100..100 when not 0 (Redis keeps its own copy beside the job, id:p)
+``result``         ms to keep the job's return value (absent: not kept)
+``resultMaxBytes`` the most bytes that return value may take, encoded
 
 ``attempts`` is not in the body: the scripts count it beside it, so Lua never rewrites a
 signed body.
@@ -101,6 +104,9 @@ class JobBody(TypedDict):
     maxStalls: NotRequired[int]
     uniqueConnection: NotRequired[str]
     trace: NotRequired[dict[str, str]]
+    priority: NotRequired[int]
+    result: NotRequired[int]
+    resultMaxBytes: NotRequired[int]
 
 
 _REQUIRED: dict[str, tuple[type, ...]] = {

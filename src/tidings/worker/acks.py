@@ -75,12 +75,20 @@ class AckBatcher:
 
     async def _ack_queue(self, queue: str, jobs: list[HeldJob], limit_s: float | None) -> None:
         k = self.rq.keys(queue)
+        # Jobs that keep a result are sent apart (with their result keys), after the rest.
+        jobs = [h for h in jobs if h.result is None] + [h for h in jobs if h.result is not None]
         sent = [(h.reserved.id, h.reserved.token) for h in jobs]
+        plain = [s for s, h in zip(sent, jobs, strict=True) if h.result is None]
+        results = [
+            (job_id, token, h.result_ttl_ms, h.result)
+            for (job_id, token), h in zip(sent, jobs, strict=True)
+            if h.result is not None
+        ]
         seq = self.broker.ack_seq()  # the same for every re-send of this batch
         try:
             lost_ids = set(
                 await retrying(
-                    lambda: self.broker.ack(k, sent, seq),
+                    lambda: self.broker.ack(k, plain, seq, results),
                     limit_s=limit_s if limit_s is not None else 60.0,
                     what=f"the acks of {len(jobs)} jobs on queue {queue!r}",
                     forever=lambda: limit_s is None and not self._stopping(),

@@ -26,6 +26,7 @@ from typing import Any
 
 from tidings import _clock
 from tidings.errors import (
+    JobCancelled,
     JobStalled,
     JobTimeout,
     MaxAttemptsExceeded,
@@ -43,9 +44,10 @@ from tidings.observability.lifecycle import JobProcessing
 from tidings.wire import serializer
 from tidings.wire.encryption import open_data
 from tidings.wire.envelope import JobBody, open_envelope
+from tidings.wire.results import seal_result
 from tidings.worker.host import WorkerHost
 from tidings.worker.options import EXIT_STUCK, WorkerOptions
-from tidings.worker.outcome import Done, Fail, Outcome, Retry
+from tidings.worker.outcome import Cancelled, Done, Fail, Outcome, Retry
 from tidings.worker.threads import Overran, SyncRunner
 
 log = logging.getLogger("tidings.worker")
@@ -71,12 +73,20 @@ class Executor:
         self._stop = stop
         self._alone = alone
 
-    async def run(self, res: Reserved, now_s: float) -> Outcome:
-        """Decode, check and run ``res``; never raises for anything the job did."""
+    async def run(
+        self,
+        res: Reserved,
+        now_s: float,
+        bind: Callable[[JobRun], None] | None = None,
+    ) -> Outcome:
+        """Decode, check and run ``res``; never raises for anything the job did.
+        ``bind`` is handed the run before ``handle`` starts (cancels reach it there)."""
         try:
             body = open_envelope(res.envelope, self.host.signer, job_id=res.id, queue=res.queue)
         except PayloadRejected as exc:
             return Fail(exc, None, name="(rejected)")
+        if res.cancelled:
+            return Cancelled(body, ran=False)  # cancelled while it waited: never run
         max_tries = body["maxTries"] if body["maxTries"] is not None else self.opts.tries
         cls: Any = None
         try:
@@ -104,6 +114,10 @@ class Executor:
         if refused is not None:
             return Fail(refused, body, job)
         run = JobRun(res.id, res.queue, res.attempts, body=body)
+        if bind is not None:
+            bind(run)
+        if res.cancelled:  # cancelled while it was decoded
+            return Cancelled(body, ran=False)
         self.host.emit(
             JobProcessing(
                 res.id,
@@ -116,14 +130,31 @@ class Executor:
         timeout = body["timeout"] if body["timeout"] is not None else self.opts.timeout_s
         try:
             with running(run):  # middleware sees the run (release_uncounted, self.batch)
-                await self._pipeline(job, run, lambda: self._invoke(job, run, timeout))
+                value = await self._pipeline(job, run, lambda: self._invoke(job, run, timeout))
         except Exception as exc:
+            if run.cancelled or isinstance(exc, JobCancelled):
+                return Cancelled(body, ran=True)  # not retried, failed() not called
             return self._after_exception(res, body, job, exc, max_tries)
+        if run.cancel_sent:
+            return Cancelled(body, ran=True)  # the handler swallowed the cancel
         if run.failed_exc is not None:
             return Fail(run.failed_exc, body, job)
         if run.released_s is not None:
             return Retry(body, run.released_s, uncount=run.uncount)
-        return Done(job, body)
+        keep = body.get("result")
+        if keep is None:
+            return Done(job, body)
+        try:
+            result = seal_result(
+                value,
+                self.host.signer,
+                queue=res.queue,
+                job_id=res.id,
+                max_bytes=int(body.get("resultMaxBytes") or self.opts.result_max_bytes),
+            )
+        except SerializationError as exc:  # unencodable or too large: fails, named
+            return Fail(exc, body, job)
+        return Done(job, body, result=result)
 
     def _refusal(self, res: Reserved, body: JobBody, max_tries: int) -> BaseException | None:
         """Why ``res`` must not run at all (stalled too often, out of tries), or None."""
@@ -163,16 +194,28 @@ class Executor:
         return await run_through(layers, job, call)
 
     async def _invoke(self, job: Job, run: JobRun, timeout_s: float | None) -> Any:
+        if run.cancelled:  # cancelled while middleware ran: never start it
+            raise JobCancelled(f"job {run.job_id} was cancelled", job_id=run.job_id)
         handle = job.handle
         limit = timeout_s if timeout_s and timeout_s > 0 else None
         if job.runs_async():
             token = _run.set(run)
+            task = asyncio.current_task()
+            run.handler_task = task
             try:
                 async with asyncio.timeout(limit):
                     return await handle()
             except TimeoutError as exc:
                 raise JobTimeout(f"job ran longer than its timeout of {limit}s") from exc
+            except asyncio.CancelledError:
+                if not run.cancel_sent or task is None:
+                    raise  # the worker itself is being cancelled
+                task.uncancel()
+                raise JobCancelled(f"job {run.job_id} was cancelled", job_id=run.job_id) from None
             finally:
+                run.handler_task = None
+                if run.cancel_sent and task is not None and task.cancelling():
+                    task.uncancel()  # the handler swallowed the cancel: undo it
                 _run.reset(token)
         ctx = contextvars.copy_context()
         ctx.run(_run.set, run)

@@ -235,7 +235,7 @@ class Fetcher:
         if _clock.monotonic() - sent <= self.lease_s / 2:
             return jobs
         try:
-            lost = set(await self.broker.extend(k, [(j.id, j.token) for j in jobs]))
+            lost = set((await self.broker.extend(k, [(j.id, j.token) for j in jobs])).lost)
         except (*REDIS_ERRORS, ResponseError) as exc:
             reraise_cancel()
             log.warning(

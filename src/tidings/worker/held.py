@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
+from tidings.jobs.job import JobRun
 from tidings.moves.consume import Reserved
 
 log = logging.getLogger("tidings.worker")
@@ -43,6 +44,18 @@ class HeldJob:
     task: asyncio.Task[None] | None = None
     adoptions: int = 0
     lost_reported: bool = False
+    run: JobRun | None = None
+    """The run once the executor started it (a cancel reaches the handler through it)."""
+    result: bytes | None = None
+    """The signed return value its ack stores (``store_result``), if any."""
+    result_ttl_ms: int = 0
+
+    def request_cancel(self) -> None:
+        """``app.cancel`` asked for this job: not started yet, it never runs; running,
+        its run is asked to stop (see :meth:`JobRun.request_cancel`)."""
+        self.reserved.cancelled = True
+        if self.run is not None and self.state is State.RUNNING:
+            self.run.request_cancel()
 
     @property
     def token(self) -> int:
@@ -93,6 +106,8 @@ class HeldJobs:
         old = held.reserved.token
         held.reserved.token = res.token
         held.reserved.stalls = res.stalls
+        if res.cancelled:
+            held.request_cancel()
         held.adoptions += 1
         held.lost_reported = False
         log.warning(
@@ -108,6 +123,16 @@ class HeldJobs:
 
     def get(self, job_id: str) -> HeldJob | None:
         return self._jobs.get(job_id)
+
+    def cancel(self, job_id: str) -> bool:
+        """Pass a cancel on to job ``job_id`` if this worker holds it."""
+        held = self._jobs.get(job_id)
+        if held is None:
+            return False
+        if not held.reserved.cancelled:
+            log.info("%s: cancel asked for; stopping it", job_id)
+        held.request_cancel()
+        return True
 
     def set_state(self, held: HeldJob, state: State) -> None:
         if self._jobs.get(held.reserved.id) is held:

@@ -35,12 +35,14 @@ class LeaseKeeper:
         *,
         retry_after_s: float,
         report_lost: Callable[[HeldJob, str], None],
+        cancel: Callable[[str], object] = lambda job_id: None,
     ) -> None:
         self.rq = rq
         self.broker = broker
         self.held = held
         self.every_s = max(0.2, retry_after_s / 3)
         self._report_lost = report_lost
+        self._cancel = cancel
 
     async def run(self) -> None:
         """The lease task."""
@@ -57,7 +59,7 @@ class LeaseKeeper:
         for queue, jobs in self.held.renewable().items():
             sent = [(h.reserved.id, h.reserved.token) for h in jobs]
             try:
-                lost = set(await self.broker.extend(self.rq.keys(queue), sent))
+                renewed = await self.broker.extend(self.rq.keys(queue), sent)
             except (*REDIS_ERRORS, ResponseError) as exc:
                 reraise_cancel()
                 if is_transient(exc):
@@ -65,6 +67,9 @@ class LeaseKeeper:
                     return
                 log.error("queue %r: cannot renew leases (%s)", queue, short_error(exc))
                 continue
+            lost = set(renewed.lost)
+            for job_id in renewed.cancelled:
+                self._cancel(job_id)  # a cancel whose message this worker missed
             for h, (job_id, token) in zip(jobs, sent, strict=True):
                 if job_id not in lost or h.state is State.SETTLING or h.adopted_since(token):
                     continue

@@ -41,6 +41,8 @@ class WorkerOptions:
     """How long a job's Redis move (release, fail, a chain's next link) is retried through
     an outage before the worker gives up on it and leaves the job to its lease."""
     fault_point: str | None = None
+    result_max_bytes: int = 1024 * 1024
+    """The most bytes a job's kept return value may take when its envelope names none."""
 
 
 def short_error(exc: BaseException) -> str:
@@ -50,6 +52,24 @@ def short_error(exc: BaseException) -> str:
     except Exception:  # a hostile __str__ must not break the worker's bookkeeping
         text = f"{type(exc).__name__}: <str() failed>"
     # Redact before cutting: a secret straddling the cut must not survive in part.
+    text = redact(text)
+    return text if len(text) <= 500 else text[:500] + "..."
+
+
+def exception_class(exc: BaseException) -> str:
+    """The class path of ``exc``: ``module.QualName`` (``QualName`` for builtins)."""
+    cls = type(exc)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def exception_message(exc: BaseException) -> str:
+    """The message of ``exc``, redacted, cut to 500 characters (no traceback)."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<str() failed>"
     text = redact(text)
     return text if len(text) <= 500 else text[:500] + "..."
 

@@ -21,6 +21,8 @@ class Done:
     skipped: bool = False
     """A job whose model argument is gone, dropped as its class asks: acked, counted
     as done in its batch, never run, no chain advanced."""
+    result: bytes | None = None
+    """The signed return value to store with the ack (``store_result``), if any."""
 
 
 @dataclass(slots=True)
@@ -46,4 +48,14 @@ class Fail:
     name: str | None = None
 
 
-Outcome = Done | Retry | Fail
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """``app.cancel`` asked for the job: record it as cancelled (no retry, no
+    ``failed()``, no chain catch; its batch counts it as cancelled)."""
+
+    body: JobBody
+    ran: bool
+    """Whether its handler had started."""
+
+
+Outcome = Done | Retry | Fail | Cancelled

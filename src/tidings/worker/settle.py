@@ -25,12 +25,24 @@ from redis.exceptions import ResponseError
 from tidings import _clock
 from tidings.moves.consume import Broker
 from tidings.moves.queues import RedisQueue
-from tidings.observability.lifecycle import JobFailed, JobProcessed, JobReleased, ReservationLost
+from tidings.observability.lifecycle import (
+    JobFailed,
+    JobProcessed,
+    JobReleased,
+    JobWasCancelled,
+    ReservationLost,
+)
 from tidings.worker.acks import AckBatcher
 from tidings.worker.held import HeldJob, HeldJobs, State
 from tidings.worker.host import WorkerHost
-from tidings.worker.options import WorkerOptions, exception_text, short_error
-from tidings.worker.outcome import Done, Fail, Outcome, Retry
+from tidings.worker.options import (
+    WorkerOptions,
+    exception_class,
+    exception_message,
+    exception_text,
+    short_error,
+)
+from tidings.worker.outcome import Cancelled, Done, Fail, Outcome, Retry
 from tidings.worker.retrying import GaveUp, retrying
 
 log = logging.getLogger("tidings.worker")
@@ -68,6 +80,8 @@ class Settler:
                 await self._done(held, outcome, t0)
             elif isinstance(outcome, Retry):
                 await self._retry(held, outcome, t0)
+            elif isinstance(outcome, Cancelled):
+                await self._cancelled(held, outcome)
             else:
                 await self._fail(held, outcome, t0)
         except GaveUp:
@@ -104,6 +118,8 @@ class Settler:
                 lambda: self.host.workflow_hooks.on_success(job, body, res.queue),
                 f"the chain and batch moves of {res.id}",
             )
+        # Stored by the ack itself, only while the token holds: at most once per run.
+        held.result, held.result_ttl_ms = out.result, int(body.get("result") or 0)
         self.acks.add(held)
         self.host.emit(
             JobProcessed(
@@ -159,6 +175,8 @@ class Settler:
                 log.exception("failed() hook of %s raised", display)
         info = {
             "exception": exception_text(out.error),
+            "class": exception_class(out.error),
+            "message": exception_message(out.error),
             "name": display,
             "queue": res.queue,
             "attempts": res.attempts,
@@ -194,6 +212,34 @@ class Settler:
             )
         )
 
+    async def _cancelled(self, held: HeldJob, out: Cancelled) -> None:
+        res, body = held.reserved, out.body
+        # A stale holder must not count the batch nor record the cancel.
+        if not await self.still_held(held, "its cancel"):
+            return
+        if body.get("batch"):
+            from tidings.workflows import batch as batches
+
+            await self._move(
+                lambda: batches.record(self.host, body, "cancel"), f"the batch count of {res.id}"
+            )
+        k = self.rq.keys(res.queue)
+        self.held.set_state(held, State.SETTLING)
+        while True:
+            token = res.token
+            moved = await self._move(
+                lambda: self.broker.cancelled(k, res), f"the cancel of {res.id}"
+            )
+            if not moved and held.adopted_since(token):
+                continue
+            break
+        self.held.drop(held)
+        if not moved:
+            self.report_lost(held, "its cancel")
+            return
+        log.info("%s cancelled (%s)", res.id, "its run stopped" if out.ran else "never run")
+        self.host.emit(JobWasCancelled(res.id, res.queue, body["displayName"], out.ran))
+
     # -- fencing ------------------------------------------------------------------------
 
     async def still_held(self, held: HeldJob, what: str) -> bool:
@@ -203,9 +249,10 @@ class Settler:
         k = self.rq.keys(res.queue)
         while True:
             sent = [(res.id, res.token)]
-            lost = await self._move(
+            renewed = await self._move(
                 functools.partial(self.broker.extend, k, sent), f"the lease check of {res.id}"
             )
+            lost = renewed.lost
             if lost and held.adopted_since(sent[0][1]):
                 continue
             break

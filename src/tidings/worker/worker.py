@@ -8,7 +8,10 @@ tasks under one supervisor and drains on stop::
     HeldJobs      held.py      every reservation of this worker, one per job id
     Executor      execute.py   one job: decode, middleware, timeout -> an Outcome
     Settler       settle.py    an Outcome in Redis: workflows, release, fail (fenced)
-    AckBatcher    acks.py      acks in batches, a queue's broken data kept to that queue
+    AckBatcher    acks.py      acks in batches (results stored with them), broken data kept
+                               to its queue
+    ProgressWriter progress.py self.progress(...) to Redis, at most every 100 ms a job
+    CancelListener cancels.py  app.cancel of a running job, heard on {prefix}:cancels
     LeaseKeeper   leases.py    lease renewal every third of retry_after
     Upkeep        upkeep.py    restart signal, server watch, --memory, --max-time
     Supervised    tasks.py     background tasks restarted or the worker stopped, never silent
@@ -34,12 +37,14 @@ from redis.exceptions import ResponseError
 
 from tidings import _clock
 from tidings.errors import ConfigurationError
+from tidings.jobs.job import JobRun
 from tidings.moves.consume import Broker, Reserved
 from tidings.observability.lifecycle import WorkerStarting, WorkerStopping
 from tidings.observability.metrics import WorkerSnapshot
 from tidings.redis.clients import async_client
 from tidings.redis.errors import REDIS_ERRORS, is_transient
 from tidings.worker.acks import AckBatcher
+from tidings.worker.cancels import CancelListener
 from tidings.worker.execute import Executor
 from tidings.worker.fetch import Fetcher
 from tidings.worker.health import ServerWatch
@@ -56,6 +61,7 @@ from tidings.worker.options import (
     short_error,
 )
 from tidings.worker.outcome import Fail
+from tidings.worker.progress import ProgressWriter
 from tidings.worker.retrying import GaveUp, retrying
 from tidings.worker.settle import Settler
 from tidings.worker.tasks import Supervised
@@ -97,6 +103,7 @@ class Worker:
         self._blocking: redis.asyncio.Redis | None = None
         self._fetcher: Fetcher | None = None
         self._settler: Settler | None = None
+        self._progress: ProgressWriter | None = None
 
     # -- what others read ---------------------------------------------------------------
 
@@ -187,12 +194,19 @@ class Worker:
         return task
 
     async def _run_one(self, held: HeldJob, now_s: float) -> None:
-        assert self._settler is not None
+        assert self._settler is not None and self._progress is not None
         t0 = _clock.monotonic()
+        progress = self._progress.for_job(held)
+
+        def bind(run: JobRun) -> None:
+            held.run = run
+            run.report = progress.report
+
         try:
             if self.opts.fault_point:
                 self._fault("after_pop")
-            outcome = await self.executor.run(held.reserved, now_s)
+            outcome = await self.executor.run(held.reserved, now_s, bind)
+            await progress.flush()  # the last value reported is kept
             if self.opts.fault_point and not isinstance(outcome, Fail):
                 self._fault("before_ack")
             await self._settler.settle(held, outcome, t0)
@@ -255,7 +269,10 @@ class Worker:
         leases = LeaseKeeper(
             self.rq, broker, self.held,
             retry_after_s=self.host.retry_after_s, report_lost=settler.report_lost,
+            cancel=self.held.cancel,
         )  # fmt: skip
+        self._progress = ProgressWriter(self.rq, broker, self.host.emit)
+        cancels = CancelListener(client, self.rq.prefix, self.held)
         watch = ServerWatch(client, self.rq.prefix)
         upkeep = Upkeep(client, self.rq.prefix, self.opts, watch, self.stop)
         self._fetcher = fetcher = Fetcher(
@@ -271,6 +288,7 @@ class Worker:
             self.tasks.start("acks", acks.run)
             self.tasks.start("leases", leases.run)
             self.tasks.start("upkeep", upkeep.run)
+            self.tasks.start("cancels", cancels.run)
             for i, coro in enumerate(self.host.worker_tasks(self)):
                 self.tasks.start(f"app-{i}", _once(coro), restart=False)
             try:

@@ -44,7 +44,7 @@ from redis.cluster import RedisCluster
 from tidings import _clock, _current
 from tidings.errors import BatchClosed, MaxAttemptsExceeded
 from tidings.hosts import AppHost, WorkflowHost
-from tidings.jobs.compose import build_body, default_delay, new_id
+from tidings.jobs.compose import build_body, default_delay, new_id, priority_of
 from tidings.jobs.job import Job, PendingDispatch, current_run, option
 from tidings.moves.push_once import push_once, push_once_async
 from tidings.moves.queues import unavailable_aguard, unavailable_guard
@@ -67,7 +67,7 @@ KEEP_IDS_S = 7 * 24 * 3600.0
 """How long the finished/failed id sets of a finished batch are kept (its hash stays)."""
 
 Item = Job | PendingDispatch
-Pushed = tuple[str, str, bytes, float]
+Pushed = tuple[str, str, bytes, float, int]
 """(queue, job id, envelope, delay seconds)."""
 
 __all__ = [
@@ -95,8 +95,11 @@ def _seal_item(app: AppHost, item: Item, batch_id: str, queue: str | None, job_i
     body: JobBody = build_body(job, job_id, pending.chain)
     body["chainCatch"] = pending.catch
     body["batch"] = batch_id
+    priority = priority_of(pending)
+    if priority:
+        body["priority"] = priority
     envelope = seal(body, app.signer, max_bytes=app.max_payload_bytes, queue=str(q))
-    return str(q), job_id, envelope, delay
+    return str(q), job_id, envelope, delay, priority
 
 
 def _callback_fields(
@@ -122,10 +125,10 @@ def _is_cluster(client: Any) -> bool:
     return isinstance(client, RedisCluster | AsyncRedisCluster)
 
 
-def _group(items: list[Pushed]) -> dict[tuple[str, float], list[tuple[str, bytes]]]:
-    groups: dict[tuple[str, float], list[tuple[str, bytes]]] = {}
-    for queue, job_id, envelope, delay in items:
-        groups.setdefault((queue, delay), []).append((job_id, envelope))
+def _group(items: list[Pushed]) -> dict[tuple[str, float, int], list[tuple[str, bytes]]]:
+    groups: dict[tuple[str, float, int], list[tuple[str, bytes]]] = {}
+    for queue, job_id, envelope, delay, priority in items:
+        groups.setdefault((queue, delay, priority), []).append((job_id, envelope))
     return groups
 
 
@@ -203,8 +206,8 @@ class PendingBatch:
                 raw = scripts.BATCH_CREATE.call(rq.client, [k.info, k.members], args)
             else:
                 raw = scripts.BATCH_CREATE.call(rq.client, [k.info, k.members, index], args)
-        for (queue, delay), group in _group(items).items():
-            rq.push(queue, group, delay)
+        for (queue, delay, priority), group in _group(items).items():
+            rq.push(queue, group, delay, priority)
         for _, queue, envelope in _callbacks(raw):
             push_once(rq, queue, _envelope_id(envelope), envelope)
         return k.id
@@ -222,8 +225,8 @@ class PendingBatch:
                 raw = await scripts.BATCH_CREATE.acall(client, [k.info, k.members], args)
             else:
                 raw = await scripts.BATCH_CREATE.acall(client, [k.info, k.members, index], args)
-        for (queue, delay), group in _group(items).items():
-            await rq.push_async(queue, group, delay)
+        for (queue, delay, priority), group in _group(items).items():
+            await rq.push_async(queue, group, delay, priority)
         for _, queue, envelope in _callbacks(raw):
             await push_once_async(rq, queue, _envelope_id(envelope), envelope)
         return k.id
@@ -299,8 +302,8 @@ class BatchRef:
         k = self._keys(app)
         args, items = self._prepare_add(app, jobs)
         self._check(scripts.BATCH_ADD.call(rq.client, [k.info, k.members], args))
-        for queue, job_id, envelope, delay in items:
-            push_once(rq, queue, job_id, envelope, delay)
+        for queue, job_id, envelope, delay, priority in items:
+            push_once(rq, queue, job_id, envelope, delay, priority)
         return [i[1] for i in items]
 
     async def add_async(self, jobs: Iterable[Item]) -> list[str]:
@@ -310,8 +313,8 @@ class BatchRef:
         k = self._keys(app)
         args, items = self._prepare_add(app, jobs)
         self._check(await scripts.BATCH_ADD.acall(rq.aclient(), [k.info, k.members], args))
-        for queue, job_id, envelope, delay in items:
-            await push_once_async(rq, queue, job_id, envelope, delay)
+        for queue, job_id, envelope, delay, priority in items:
+            await push_once_async(rq, queue, job_id, envelope, delay, priority)
         return [i[1] for i in items]
 
 

@@ -35,6 +35,8 @@ class BatchInfo:
         processed: jobs that succeeded (a job skipped because the batch was cancelled
             counts here too).
         failed: jobs that finally failed.
+        cancelled_jobs: jobs cancelled with ``app.cancel`` (``then`` does not fire when
+            any was; ``finally`` does).
         created_at, finished_at, cancelled_at: epoch seconds on Redis's clock, or None.
     """
 
@@ -48,6 +50,7 @@ class BatchInfo:
     finished_at: float | None
     cancelled_at: float | None
     allow_failures: bool
+    cancelled_jobs: int = 0
 
     @property
     def progress(self) -> float:
@@ -75,6 +78,7 @@ class BatchInfo:
             "pending": self.pending,
             "processed": self.processed,
             "failed": self.failed,
+            "cancelled_jobs": self.cancelled_jobs,
             "progress": self.progress,
             "cancelled": self.cancelled,
             "created_at": self.created_at,
@@ -96,6 +100,7 @@ class BatchInfo:
             finished_at=_ms(h.get("finished_at")),
             cancelled_at=_ms(h.get("cancelled_at")),
             allow_failures=h.get("allow_failures") == "1",
+            cancelled_jobs=int(h.get("cancelled", 0)),
         )
 
 

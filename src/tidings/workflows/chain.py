@@ -155,7 +155,8 @@ async def push_next(app: WorkflowHost, body: JobBody, queue: str) -> None:
     envelope = seal(nbody, app.signer, max_bytes=app.max_payload_bytes, queue=str(nxt["queue"]))
     delay = float(nxt.get("delay") or 0.0)
     rq = app.queue_for(nxt.get("connection"))
-    await push_once_async(rq, nxt["queue"], nbody["uuid"], envelope, delay)
+    priority = nbody.get("priority", 0)
+    await push_once_async(rq, nxt["queue"], nbody["uuid"], envelope, delay, priority)
 
 
 async def push_catch(app: WorkflowHost, body: JobBody) -> None:

@@ -1,7 +1,8 @@
 -- batch_record: count one batch job as finished (succeeded or finally failed), once.
 -- KEYS[1] batch hash   KEYS[2] finished ids set   KEYS[3] failed ids set
 -- KEYS[4] retried ids set (jobs `failed retry` sent back, see lua/batch_retry.lua)
--- ARGV[1] job id   ARGV[2] 'ok' | 'fail'   ARGV[3] how long the id sets are kept after
+-- ARGV[1] job id   ARGV[2] 'ok' | 'fail' | 'cancel' (the job was cancelled: counted in
+-- 'cancelled'; `then` does not fire for a batch with a cancelled job, `finally` does)   ARGV[3] how long the id sets are kept after
 -- the batch finished (ms)
 -- Returns {code, kind1, queue1, envelope1, ...}: code 1 = counted, 0 = counted before (a
 -- re-delivered job) or the batch had finished, -1 = no such batch. The callbacks listed
@@ -46,6 +47,8 @@ if KEYS[4] then redis.call('SREM', KEYS[4], id) end
 local pending = redis.call('HINCRBY', KEYS[1], 'pending', -1)
 if ARGV[2] == 'ok' then
   redis.call('HINCRBY', KEYS[1], 'processed', 1)
+elseif ARGV[2] == 'cancel' then
+  redis.call('HINCRBY', KEYS[1], 'cancelled', 1)
 else
   redis.call('SADD', KEYS[3], id)
   -- catch_by: `catch` is decided once in the batch's life (a retried job failing again
@@ -62,7 +65,8 @@ end
 if pending <= 0 then
   redis.call('HSET', KEYS[1], 'finished_at', now, 'finisher', id)
   if redis.call('HGET', KEYS[1], 'failed') == '0'
-    and redis.call('HGET', KEYS[1], 'cancelled_at') == '0' then
+    and redis.call('HGET', KEYS[1], 'cancelled_at') == '0'
+    and tonumber(redis.call('HGET', KEYS[1], 'cancelled') or '0') == 0 then
     redis.call('HSET', KEYS[1], 'then_fired', 1)
     fire('then')
   end

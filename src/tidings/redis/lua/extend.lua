@@ -2,7 +2,9 @@
 -- KEYS[1] reserved zset   KEYS[2] attempts hash
 -- ARGV[1] lease in ms   ARGV[2..] id1, token1, id2, token2, ...
 -- Returns the ids whose reservation was lost (the token no longer matches: the job was
--- handed out again, or settled); their new holder's lease is left alone.
+-- handed out again, or settled); their new holder's lease is left alone. A renewed job
+-- that `app.cancel` marked meanwhile (id:c) is listed as 'c:<id>': the worker cancels it
+-- even if it missed the message on the cancel channel.
 -- A job whose lease expired but that no one reserved again (its token still matches) is
 -- reserved again: the copy that the expiry put back on the ready list is then dropped by
 -- pop as a duplicate of a job being run.
@@ -18,6 +20,7 @@ for i = 2, #ARGV, 2 do
   if redis.call('HGET', KEYS[2], id .. ':t') == ARGV[i + 1] then
     redis.call('ZREM', KEYS[1], id)
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), id)
+    if redis.call('HEXISTS', KEYS[2], id .. ':c') == 1 then lost[#lost + 1] = 'c:' .. id end
   else
     lost[#lost + 1] = id
   end

@@ -2,6 +2,7 @@
 -- KEYS[1] reserved zset   KEYS[2] jobs hash   KEYS[3] attempts hash
 -- KEYS[4] failed zset     KEYS[5] failed info hash   KEYS[6] failed body hash
 -- KEYS[7] the receipt of this move ({prefix}:queue:{Q}:rcpt:<token>)
+-- KEYS[8] (optional) the job's result channel: waiters of app.result wake and see it failed
 -- ARGV[1] job id   ARGV[2] info JSON (made by the worker: exception, name, queue, attempts)
 -- ARGV[3] body to keep when the jobs hash has none (may be empty)
 -- ARGV[4] the reservation token ('' = not fenced: an operator's move)
@@ -22,9 +23,10 @@ if not body or body == '' then
 end
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
-redis.call('HDEL', KEYS[3], id, id .. ':e', id .. ':t', id .. ':s')
+redis.call('HDEL', KEYS[3], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c')
 redis.call('ZADD', KEYS[4], now, id)
 redis.call('HSET', KEYS[5], id, ARGV[2])
 redis.call('HSET', KEYS[6], id, body)
 if ARGV[4] ~= '' then redis.call('SET', KEYS[7], now, 'PX', 600000) end
+if KEYS[8] then redis.call('PUBLISH', KEYS[8], 'failed') end
 return now

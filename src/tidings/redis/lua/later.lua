@@ -1,21 +1,26 @@
 -- later: store job bodies and schedule their ids on the delayed zset.
 -- KEYS[1] delayed zset   KEYS[2] notify list   KEYS[3] jobs hash
--- KEYS[4] done zset      KEYS[5] failed zset
+-- KEYS[4] done zset      KEYS[5] failed zset   KEYS[6] attempts hash
+-- KEYS[7] priority sequence (created when the priority is not 0: priorities on)
 -- ARGV[1] delay in milliseconds (measured on Redis's clock, never the caller's)
--- ARGV[2..] id1, body1, id2, body2, ...
+-- ARGV[2] priority (-100..100; kept beside the job as id:p, used when it becomes ready)
+-- ARGV[3..] id1, body1, id2, body2, ...
 -- Returns the due time in milliseconds (Redis TIME).
 -- Run twice: an id that is queued, running, done or failed already is left as it is.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = now + tonumber(ARGV[1])
+local p = tonumber(ARGV[2])
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-for i = 2, #ARGV, 2 do
+if p ~= 0 then redis.call('SETNX', KEYS[7], 0) end
+for i = 3, #ARGV, 2 do
   local id = ARGV[i]
   if redis.call('HSETNX', KEYS[3], id, ARGV[i + 1]) == 1 then
     if redis.call('ZSCORE', KEYS[4], id) or redis.call('ZSCORE', KEYS[5], id) then
       redis.call('HDEL', KEYS[3], id)
     else
       redis.call('ZADD', KEYS[1], due, id)
+      if p ~= 0 then redis.call('HSET', KEYS[6], id .. ':p', p) end
     end
   end
 end

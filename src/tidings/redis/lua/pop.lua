@@ -5,12 +5,18 @@
 -- KEYS[10] reservation token counter ({prefix}:queue:{Q}:tokens)
 -- KEYS[11] this worker's pop receipt ({prefix}:queue:{Q}:rcpt:pop:<worker>)
 -- KEYS[12] done zset (ids of finished jobs: a copy put back is a replay, dropped)
+-- KEYS[13] priority zset ({prefix}:queue:{Q}:prio)   KEYS[14] priority sequence (pseq)
 -- ARGV[1] max jobs to reserve   ARGV[2] lease (retry_after) in ms
 -- ARGV[3] max body bytes        ARGV[4] migration chunk size   ARGV[5] queue name
 -- ARGV[6] the worker's pop sequence number (it moves on only after a reply arrived)
 -- Returns {now_ms, wait_ms, dropped, id1, attempts1, exceptions1, body1, token1, stalls1,
--- ...}; wait_ms is the time until the next delayed job or lease expiry is due (-1:
--- nothing scheduled).
+-- cancelled1, ...}; wait_ms is the time until the next delayed job or lease expiry is due
+-- (-1: nothing scheduled); cancelled is 1 for a job `app.cancel` marked (id:c): the
+-- worker settles it as cancelled without running it.
+-- Priorities: a queue that never saw one (no pseq key) pops its ready list and nothing
+-- else. Otherwise jobs of priority > 0 (prio zset, lowest score first) come before the
+-- list (priority 0), and jobs of priority < 0 after it; jobs coming back (due delayed,
+-- expired leases) go where their priority (id:p) says.
 -- Each reservation gets a fresh token (a counter, never a clock); ack, release, fail and
 -- extend act only while the job's token (attempts hash, <id>:t) is still theirs.
 -- A lease that expired is a stall, not an attempt: the job goes back to the ready list,
@@ -25,13 +31,36 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local chunk = tonumber(ARGV[4])
+local prio_on = redis.call('EXISTS', KEYS[14]) == 1
+-- Scores below BOUND are jobs of priority > 0 (score = (100 - priority) * 2^45 + seq).
+local STEP = 35184372088832
+local BOUND = 100 * STEP
+
+-- Ids back to ready: the list, or the priority zset for a job with a priority.
+local function to_ready(ids)
+  if not prio_on then
+    redis.call('RPUSH', KEYS[1], unpack(ids))
+    return
+  end
+  local plain = {}
+  for _, id in ipairs(ids) do
+    local p = tonumber(redis.call('HGET', KEYS[6], id .. ':p') or '0') or 0
+    if p ~= 0 and p >= -100 and p <= 100 then
+      local seq = redis.call('INCR', KEYS[14])
+      redis.call('ZADD', KEYS[13], string.format('%.0f', (100 - p) * STEP + seq), id)
+    else
+      plain[#plain + 1] = id
+    end
+  end
+  if #plain > 0 then redis.call('RPUSH', KEYS[1], unpack(plain)) end
+end
 
 -- Bounded chunks: unpack() of more than ~8k values fails, and a script must stay short.
 local function migrate(from)
   local due = redis.call('ZRANGEBYSCORE', from, '-inf', now, 'LIMIT', 0, chunk)
   if #due > 0 then
     redis.call('ZREM', from, unpack(due))
-    redis.call('RPUSH', KEYS[1], unpack(due))
+    to_ready(due)
   end
 end
 migrate(KEYS[2])
@@ -68,7 +97,7 @@ local function recover()
   local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, chunk)
   if #due > 0 then
     redis.call('ZREM', KEYS[3], unpack(due))
-    redis.call('RPUSH', KEYS[1], unpack(due))
+    to_ready(due)
     for _, id in ipairs(due) do
       if valid_id(id) and redis.call('HEXISTS', KEYS[5], id) == 1 then
         local c = redis.call('HMGET', KEYS[6], id, id .. ':s')
@@ -87,9 +116,13 @@ local function recover()
 end
 recover()
 
-local function fail(id, reason, preview)
+local function forget(id)
   redis.call('HDEL', KEYS[5], id)
-  redis.call('HDEL', KEYS[6], id, id .. ':e', id .. ':t', id .. ':s')
+  redis.call('HDEL', KEYS[6], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c')
+end
+
+local function fail(id, reason, preview)
+  forget(id)
   redis.call('ZADD', KEYS[7], now, id)
   redis.call('HSET', KEYS[8], id, cjson.encode({
     exception = reason, name = '(unreadable)', queue = ARGV[5], attempts = 0}))
@@ -108,7 +141,23 @@ local function hand_out(id, body, tok, counts)
   out[#out + 1] = body
   out[#out + 1] = tonumber(tok)
   out[#out + 1] = tonumber(counts[3] or '0')
+  out[#out + 1] = counts[4] and 1 or 0
   n = n + 1
+end
+
+-- The next ready id (and its priority score, nil for the list).
+local function next_id()
+  if prio_on then
+    local head = redis.call('ZRANGE', KEYS[13], 0, 0, 'WITHSCORES')
+    if head[1] then
+      local s = tonumber(head[2])
+      if s < BOUND or redis.call('LLEN', KEYS[1]) == 0 then
+        redis.call('ZREM', KEYS[13], head[1])
+        return head[1], s
+      end
+    end
+  end
+  return redis.call('LPOP', KEYS[1]), nil
 end
 
 local rcpt = redis.call('GET', KEYS[11])
@@ -121,8 +170,8 @@ if rcpt and string.sub(rcpt, 1, #seq + 1) == seq .. '|' then
     local body = redis.call('HGET', KEYS[5], id)
     if body and counter(tok) and redis.call('HGET', KEYS[6], id .. ':t') == tok
       and redis.call('ZSCORE', KEYS[3], id) then
-      local c = redis.call('HMGET', KEYS[6], id, id .. ':e', id .. ':s')
-      c = {counter(c[1]), counter(c[2]), counter(c[3])}
+      local c = redis.call('HMGET', KEYS[6], id, id .. ':e', id .. ':s', id .. ':c')
+      c = {counter(c[1]), counter(c[2]), counter(c[3]), c[4]}
       -- Counters spoiled since the first run: left reserved, they stall and fail below.
       if c[1] and c[2] and c[3] then hand_out(id, body, tok, c) end
     end
@@ -135,22 +184,19 @@ local got = {}
 -- A hand-written counter restarts from the clock, which only moves forward.
 local last = counter(redis.call('GET', KEYS[10])) or now
 while n < max do
-  local id = redis.call('LPOP', KEYS[1])
+  local id, score = next_id()
   if not id then break end
   local body = redis.call('HGET', KEYS[5], id)
   local counts, sound = nil, true
   local usable = valid_id(id)
   if body and usable then
-    local c = redis.call('HMGET', KEYS[6], id, id .. ':e', id .. ':s')
-    counts = {counter(c[1]), counter(c[2]), counter(c[3])}
+    local c = redis.call('HMGET', KEYS[6], id, id .. ':e', id .. ':s', id .. ':c')
+    counts = {counter(c[1]), counter(c[2]), counter(c[3]), c[4]}
     sound = counts[1] ~= nil and counts[2] ~= nil and counts[3] ~= nil
   end
   if not usable then
     -- Not a usable job id: keep what it pointed to (or the id itself) for inspection.
-    if body then
-      redis.call('HDEL', KEYS[5], id)
-      redis.call('HDEL', KEYS[6], id, id .. ':e', id .. ':t', id .. ':s')
-    end
+    if body then forget(id) end
     fail(raw_id(), 'malformed queue entry: job id is not printable ASCII', body or id)
   elseif not body then
     if #id == 32 and string.match(id, '^%x+$') then
@@ -165,8 +211,7 @@ while n < max do
     dropped = dropped + 1
   elseif redis.call('ZSCORE', KEYS[12], id) or redis.call('ZSCORE', KEYS[7], id) then
     -- A finished (or failed) job put back: a replay of a copied envelope. Drop it.
-    redis.call('HDEL', KEYS[5], id)
-    redis.call('HDEL', KEYS[6], id, id .. ':e', id .. ':t', id .. ':s')
+    forget(id)
     dropped = dropped + 1
   elseif not sound then
     fail(id, 'corrupt attempts counter beside the job (not an integer); ' ..
@@ -177,11 +222,15 @@ while n < max do
     -- Decoded only off the frame (RELIABILITY B1); JSON that is not an envelope goes
     -- to the worker, which refuses it on first sight as a bad signature (B5).
     fail(id, 'malformed payload: not JSON', body)
-  elseif counts[3] > 0 and n > 0 then
+  elseif counts[3] > 0 and n > 0 and not counts[4] then
     -- A suspect (its lease expired before: its worker died or froze with it) is handed
     -- out alone, so a job that kills its process takes no neighbours down with it.
     -- Back to the head: the next pop hands it out by itself.
-    redis.call('LPUSH', KEYS[1], id)
+    if score then
+      redis.call('ZADD', KEYS[13], string.format('%.0f', score), id)
+    else
+      redis.call('LPUSH', KEYS[1], id)
+    end
     break
   else
     redis.call('ZADD', KEYS[3], now + lease, id)
@@ -192,7 +241,7 @@ while n < max do
     got[#got + 1] = id
     got[#got + 1] = last
     hand_out(id, body, last, counts)
-    if counts[3] > 0 then break end
+    if counts[3] > 0 and not counts[4] then break end
   end
 end
 if #got > 0 then
@@ -201,7 +250,7 @@ if #got > 0 then
 end
 out[3] = dropped
 
-if redis.call('LLEN', KEYS[1]) == 0 then
+if redis.call('LLEN', KEYS[1]) == 0 and (not prio_on or redis.call('ZCARD', KEYS[13]) == 0) then
   -- Nothing left to wake anyone for: stale tokens would only cause empty pops.
   redis.call('DEL', KEYS[4])
   local wait = -1

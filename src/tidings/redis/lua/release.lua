@@ -2,6 +2,8 @@
 -- KEYS[1] ready list   KEYS[2] delayed zset   KEYS[3] reserved zset
 -- KEYS[4] notify list  KEYS[5] jobs hash      KEYS[6] attempts hash
 -- KEYS[7] the receipt of this move ({prefix}:queue:{Q}:rcpt:<token>)
+-- KEYS[8] priority zset   KEYS[9] priority sequence (a job with a priority, id:p, goes
+-- back to the zset at it)
 -- ARGV[1] job id   ARGV[2] delay ms   ARGV[3] 1 = give the attempt back (middleware release)
 -- ARGV[4] 1 = the release follows an exception (counts toward maxExceptions)
 -- ARGV[5] the reservation token
@@ -36,7 +38,13 @@ if delay > 0 then
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('ZADD', KEYS[2], now + delay, id)
 else
-  redis.call('RPUSH', KEYS[1], id)
+  local p = tonumber(redis.call('HGET', KEYS[6], id .. ':p') or '0') or 0
+  if p ~= 0 and p >= -100 and p <= 100 and redis.call('EXISTS', KEYS[9]) == 1 then
+    local seq = redis.call('INCR', KEYS[9])
+    redis.call('ZADD', KEYS[8], string.format('%.0f', (100 - p) * 35184372088832 + seq), id)
+  else
+    redis.call('RPUSH', KEYS[1], id)
+  end
 end
 if redis.call('LLEN', KEYS[4]) < 64 then redis.call('RPUSH', KEYS[4], '1') end
 redis.call('SET', KEYS[7], 1, 'PX', 600000)

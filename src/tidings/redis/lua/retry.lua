@@ -9,7 +9,7 @@ for i = 1, #ARGV do
   local body = redis.call('HGET', KEYS[7], id)
   if body then
     redis.call('HSET', KEYS[3], id, body)
-    redis.call('HDEL', KEYS[4], id, id .. ':e', id .. ':t', id .. ':s')
+    redis.call('HDEL', KEYS[4], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c')
     redis.call('RPUSH', KEYS[1], id)
     redis.call('ZREM', KEYS[5], id)
     redis.call('HDEL', KEYS[6], id)
