@@ -115,7 +115,7 @@ def sample_envelope() -> bytes:
     from tidings.jobs.compose import prepare
 
     b = _app()
-    _, _, envelope, _ = prepare(
+    _, _, envelope, _, _ = prepare(
         PendingDispatch(b.NoOpJob(12345)), b.app.signer, max_bytes=b.app.max_payload_bytes
     )
     return envelope

@@ -284,7 +284,7 @@ class Checker:
 
     def _push(self, job: Job | PendingDispatch) -> tuple[str, bytes]:
         pending = job if isinstance(job, PendingDispatch) else PendingDispatch(job)
-        queue, job_id, envelope, _ = prepare(
+        queue, job_id, envelope, _, _ = prepare(
             pending, self.app.signer, max_bytes=self.app.max_payload_bytes
         )
         rq = self.app.queue_for(None)

@@ -207,7 +207,7 @@ def test_tampered_ciphertext_fails_verification_into_the_failed_store(
     ciphertext: the signature passes, AES-GCM's tag does not."""
     app = app_with(redis_url, prefix, encryption_key=K1)
     try:
-        queue, job_id, envelope, _ = prepare(
+        queue, job_id, envelope, _, _ = prepare(
             PendingDispatch(m.Sealed(m.SECRET_EMAIL, "t")), app.signer, max_bytes=1 << 20
         )
         body = orjson.loads(envelope)["body"]
@@ -229,10 +229,10 @@ def test_tampered_ciphertext_fails_verification_into_the_failed_store(
 def test_sealed_data_cannot_move_to_another_job(redis_url: str, prefix: str) -> None:
     app = app_with(redis_url, prefix, encryption_key=K1)
     try:
-        queue, _, envelope, _ = prepare(
+        queue, _, envelope, _, _ = prepare(
             PendingDispatch(m.Sealed(m.SECRET_EMAIL, "a")), app.signer, max_bytes=1 << 20
         )
-        _, other_id, other, _ = prepare(
+        _, other_id, other, _, _ = prepare(
             PendingDispatch(m.Sealed("someone@else.org", "b")), app.signer, max_bytes=1 << 20
         )
         body = orjson.loads(other)["body"]
