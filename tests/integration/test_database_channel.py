@@ -146,13 +146,18 @@ def test_table_created_on_first_use_and_db_upgrade(
         with NotificationStore(database_url).engine.begin() as conn:
             conn.execute(sa.text("DROP TABLE notifications"))
     spec = "tests.integration.database_app:app"
+    # Every command's human output opens with the Redis it reads; the answer follows.
     first = CliRunner().invoke(main, ["-A", spec, "db", "upgrade"], env=env)
     assert first.exit_code == 0, first.output
-    assert first.output.startswith("Created table notifications in ")
+    redis_line, answer = first.output.split("\n", 1)
+    assert redis_line.startswith("Redis: ") and prefix in redis_line
+    assert answer.startswith("Created table notifications in ")
     again = CliRunner().invoke(main, ["-A", spec, "db", "upgrade"], env=env)
-    assert again.output.startswith("Up to date: table notifications"), again.output
+    assert again.output.split("\n", 1)[1].startswith("Up to date: table notifications"), again.output
     pruned = CliRunner().invoke(main, ["-A", spec, "db", "prune", "--days", "1"], env=env)
-    assert pruned.output == "Deleted 0 notifications older than 1 days.\n", pruned.output
+    assert pruned.output.split("\n", 1)[1] == "Deleted 0 notifications older than 1 days.\n", (
+        pruned.output
+    )
     models.app.close()
 
 
