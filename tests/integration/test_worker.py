@@ -288,6 +288,29 @@ class Limited(Job):
         RUNS.append(("limited", self.tag, self.attempts))
 
 
+class RedisDownOnce:
+    """Middleware: its own Redis call fails once (a connection reset), before handle()."""
+
+    def handle(self, job: Job, call: Callable[[], Any]) -> Any:
+        tag = getattr(job, "tag", "")
+        if not [x for x in RUNS if x[:2] == ("gate-down", tag)]:
+            RUNS.append(("gate-down", tag, job.attempts))
+            raise redis.ConnectionError("Connection closed by server.")
+        return call()
+
+
+@dataclass
+class Gated(Job):
+    tag: str
+    tries = 1
+
+    def middleware(self) -> list[Any]:
+        return [RedisDownOnce()]
+
+    def handle(self) -> None:
+        RUNS.append(("gated", self.tag, self.attempts))
+
+
 @dataclass
 class Opaque:
     created_at: object
@@ -497,6 +520,17 @@ def test_middleware_release_uses_no_attempt(app: App) -> None:
         ("mw-release", 1),
         ("limited", 1),
     ]
+
+
+def test_redis_down_in_a_layer_before_handle_is_not_the_jobs_failure(app: App) -> None:
+    """A batch's gate or a rate limit that cannot reach Redis (a reset, an outage) fails
+    before handle() ran: the job is released uncounted and runs, even with tries 1
+    (before: it went to the failed store as the job's own ConnectionError)."""
+    job_id = str(Gated("g").dispatch())
+    work(app)
+    assert [(x[0], x[2]) for x in runs_of("g")] == [("gate-down", 1), ("gated", 1)]
+    assert app.job_status(job_id) == "done"
+    assert failed_by_id(app) == {}
 
 
 # -- timeouts (F13) --------------------------------------------------------------------------

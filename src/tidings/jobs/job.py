@@ -62,6 +62,9 @@ class JobRun:
     of a running async job cancels."""
     cancel_sent: bool = False
     """The worker cancelled ``handler_task`` for a cancel (told from a timeout's)."""
+    handle_started: bool = False
+    """``handle`` was called: an error before it (a middleware's Redis call during an
+    outage) is not the job's."""
 
     def request_cancel(self) -> None:
         """Ask this run to stop: a sync job sees ``self.cancelled``; an async handler

@@ -41,16 +41,19 @@ from tidings.jobs.middleware import Middleware, run_through
 from tidings.moves.consume import Reserved
 from tidings.observability import tracing
 from tidings.observability.lifecycle import JobProcessing
+from tidings.redis.errors import REDIS_ERRORS, is_transient
 from tidings.wire import serializer
 from tidings.wire.encryption import open_data
 from tidings.wire.envelope import JobBody, open_envelope
 from tidings.wire.results import seal_result
 from tidings.worker.host import WorkerHost
-from tidings.worker.options import EXIT_STUCK, WorkerOptions
+from tidings.worker.options import EXIT_STUCK, WorkerOptions, short_error
 from tidings.worker.outcome import Cancelled, Done, Fail, Outcome, Retry
 from tidings.worker.threads import Overran, SyncRunner
 
 log = logging.getLogger("tidings.worker")
+
+UNAVAILABLE_RETRY_S = 1.0
 
 
 class Executor:
@@ -134,6 +137,15 @@ class Executor:
         except Exception as exc:
             if run.cancelled or isinstance(exc, JobCancelled):
                 return Cancelled(body, ran=True)  # not retried, failed() not called
+            if not run.handle_started and isinstance(exc, REDIS_ERRORS) and is_transient(exc):
+                # Redis was unavailable to a layer before handle() (a batch's gate, a
+                # rate limit): not the job's failure. Back in a second, attempt given back.
+                log.warning(
+                    "%s: redis unavailable before it started (%s); released uncounted",
+                    res.id,
+                    short_error(exc),
+                )
+                return Retry(body, UNAVAILABLE_RETRY_S, uncount=True)
             return self._after_exception(res, body, job, exc, max_tries)
         if run.cancel_sent:
             return Cancelled(body, ran=True)  # the handler swallowed the cancel
@@ -198,6 +210,7 @@ class Executor:
             raise JobCancelled(f"job {run.job_id} was cancelled", job_id=run.job_id)
         handle = job.handle
         limit = timeout_s if timeout_s and timeout_s > 0 else None
+        run.handle_started = True
         if job.runs_async():
             token = _run.set(run)
             task = asyncio.current_task()
