@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from tidings.jobs.middleware import Middleware
     from tidings.moves.control import CancelOutcome
     from tidings.observability.metrics import JobStatus
-    from tidings.worker.worker import Worker
+    from tidings.worker.host import RunningWorker
 
 
 def _version() -> str:
@@ -342,7 +342,7 @@ class App:
         if mine:
             await asyncio.wait(mine, timeout=timeout_s)
 
-    def worker_tasks(self, worker: Worker) -> list[Coroutine[Any, Any, None]]:
+    def worker_tasks(self, worker: RunningWorker) -> list[Coroutine[Any, Any, None]]:
         """Coroutines a worker process runs beside its jobs: the scheduler, the heartbeat
         its supervisor watches."""
         from tidings.moves.queue_names import remember_queues
@@ -742,7 +742,7 @@ class App:
         ids: list[str] = await self.notifications.send_async(notifiables, notification)
         return ids
 
-    async def worker_stopped(self, worker: Worker | None) -> None:
+    async def worker_stopped(self, worker: RunningWorker | None) -> None:
         """Called by a worker as it exits, on its loop: close that loop's channels
         (QUIT the SMTP connection, close HTTP clients), after its lifecycle listeners."""
         await self.wait_listeners()

@@ -44,7 +44,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tidings.worker.worker import Worker
+    from tidings.worker.host import RunningWorker
 
 HEARTBEAT_ENV = "TIDINGS_HEARTBEAT_FILE"
 PLANNED_EXITS = (0, 12, 13)
@@ -233,7 +233,7 @@ def supervise(n: int, argv: list[str], *, grace_s: float = 30.0, timeout_s: floa
 # -- the child's side --------------------------------------------------------------------
 
 
-async def _beat(worker: Worker, path: Path) -> None:
+async def _beat(worker: RunningWorker, path: Path) -> None:
     from tidings.worker.options import EXIT_STUCK
 
     tmp = path.with_suffix(".tmp")
@@ -252,7 +252,7 @@ async def _beat(worker: Worker, path: Path) -> None:
         write(f"{'stuck' if worker.exit_code == EXIT_STUCK else 'stopping'} {time.time()}")
 
 
-def heartbeat_task(worker: Worker) -> list[Coroutine[Any, Any, None]]:
+def heartbeat_task(worker: RunningWorker) -> list[Coroutine[Any, Any, None]]:
     """The heartbeat coroutine of a supervised worker (none when not supervised)."""
     path = os.environ.get(HEARTBEAT_ENV)
     return [_beat(worker, Path(path))] if path else []

@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
+
+import redis.asyncio
 
 from tidings.jobs.job import Job
 from tidings.jobs.middleware import Middleware
 from tidings.moves.queues import RedisQueue
+from tidings.observability.metrics import WorkerSnapshot
 from tidings.wire.signing import Signer
+from tidings.worker.options import WorkerOptions
 from tidings.workflows.hooks import WorkflowHooks
 
-if TYPE_CHECKING:
-    from tidings.worker.worker import Worker
+
+class RunningWorker(Protocol):
+    """A worker as the App's side tasks see it (the scheduler, metrics, the heartbeat
+    its supervisor reads): :class:`~tidings.worker.worker.Worker` is one."""
+
+    opts: WorkerOptions
+    rq: RedisQueue
+    exit_code: int
+
+    @property
+    def client(self) -> redis.asyncio.Redis | None: ...
+    def snapshot(self) -> WorkerSnapshot: ...
+    def envelope_of(self, job_id: str) -> bytes | None: ...
 
 
 class WorkerHost(Protocol):
@@ -34,5 +49,5 @@ class WorkerHost(Protocol):
     def emit(self, event: object) -> None: ...
     def wrap_thread_call(self, fn: Callable[..., Any]) -> Callable[..., Any]: ...
     def skips_missing_model(self, job_cls: type[Job], data: Any) -> bool: ...
-    def worker_tasks(self, worker: Worker) -> list[Coroutine[Any, Any, None]]: ...
-    async def worker_stopped(self, worker: Worker | None) -> None: ...
+    def worker_tasks(self, worker: RunningWorker) -> list[Coroutine[Any, Any, None]]: ...
+    async def worker_stopped(self, worker: RunningWorker | None) -> None: ...
