@@ -23,6 +23,7 @@ from typing import TypeVar
 from redis.exceptions import ResponseError
 
 from tidings import _clock
+from tidings.jobs.job import JobRun, running
 from tidings.moves.consume import Broker
 from tidings.moves.queues import RedisQueue
 from tidings.observability.lifecycle import (
@@ -168,9 +169,11 @@ class Settler:
             return
         if out.job is not None:
             try:
-                ran = out.job.failed(out.error)
-                if inspect.isawaitable(ran):
-                    await ran
+                # failed() sees self.job_id and self.attempts of the run that failed
+                with running(JobRun(job_id=res.id, queue=res.queue, attempts=res.attempts)):
+                    ran = out.job.failed(out.error)
+                    if inspect.isawaitable(ran):
+                        await ran
             except Exception:
                 log.exception("failed() hook of %s raised", display)
         info = {

@@ -1,0 +1,27 @@
+"""Django settings of the Tasks API conformance suite (test process and worker alike).
+
+The tidings App takes its Redis URL, key and prefix from the ``TIDINGS_*`` environment.
+"""
+
+SECRET_KEY = "conformance-only-not-a-secret"
+USE_TZ = True
+INSTALLED_APPS = ["django_tasks", "tidings.contrib.django"]
+DATABASES: dict[str, dict[str, str]] = {}
+TIDINGS: dict[str, object] = {}
+QUEUES = ["default", "emails", "lanes"]
+TASKS = {
+    "default": {
+        "BACKEND": "django_tasks.backends.immediate.ImmediateBackend",
+        "QUEUES": QUEUES,
+    },
+    "immediate": {
+        "BACKEND": "django_tasks.backends.immediate.ImmediateBackend",
+        "QUEUES": QUEUES,
+    },
+    "tidings": {
+        "BACKEND": "tidings.contrib.django.tasks.TidingsBackend",
+        "QUEUES": QUEUES,
+        "OPTIONS": {"tries": 2, "backoff": [0], "result_ttl_s": 600},
+    },
+}
+LOGGING_CONFIG = None
