@@ -403,3 +403,38 @@ def test_unknown_options_are_refused(site: dict[str, str]) -> None:
 
     with pytest.raises(ConfigurationError, match="retries"):
         TidingsBackend("x", {"OPTIONS": {"retries": 3}})
+
+
+def test_after_commit_holds_the_task_until_the_transaction_commits(
+    backend_of: Callable[[Any, str], Any], worker: Any
+) -> None:
+    from django.db import transaction
+    from django_tasks.exceptions import TaskResultDoesNotExist
+
+    from tests.integration.django_tasks_site import tasks
+
+    task = backend_of(tasks.add, "on_commit")
+    with transaction.atomic():
+        kept = task.enqueue(1, 2)
+        with pytest.raises(TaskResultDoesNotExist):
+            task.get_result(kept.id)  # nothing reaches Redis before the commit
+    assert finished(kept, worker).return_value == 3
+    with pytest.raises(RuntimeError), transaction.atomic():
+        dropped = task.enqueue(3, 4)
+        raise RuntimeError("roll back")
+    with pytest.raises(TaskResultDoesNotExist):
+        task.get_result(dropped.id)
+
+
+@REAL_QUEUE
+def test_progress_reported_by_a_task_shows_in_job_status(
+    backend_of: Callable[[Any, str], Any], worker: Any, alias: str
+) -> None:
+    from tests.integration.django_tasks_site import tasks
+    from tidings.contrib.django import get_app
+
+    result = finished(backend_of(tasks.reports_progress, alias).enqueue(3), worker)
+    status = get_app().job_status(result.id, "default")
+    assert status == "done"
+    assert status.progress is not None
+    assert (status.progress.done, status.progress.total, status.progress.note) == (3, 3, "step 3")

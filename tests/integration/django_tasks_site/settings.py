@@ -6,7 +6,7 @@ The tidings App takes its Redis URL, key and prefix from the ``TIDINGS_*`` envir
 SECRET_KEY = "conformance-only-not-a-secret"
 USE_TZ = True
 INSTALLED_APPS = ["django_tasks", "tidings.contrib.django"]
-DATABASES: dict[str, dict[str, str]] = {}
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 TIDINGS: dict[str, object] = {}
 QUEUES = ["default", "emails", "lanes"]
 TASKS = {
@@ -23,5 +23,10 @@ TASKS = {
         "QUEUES": QUEUES,
         "OPTIONS": {"tries": 2, "backoff": [0], "result_ttl_s": 600},
     },
+}
+TASKS["on_commit"] = {
+    "BACKEND": "tidings.contrib.django.tasks.TidingsBackend",
+    "QUEUES": QUEUES,
+    "OPTIONS": {"after_commit": True},
 }
 LOGGING_CONFIG = None

@@ -51,6 +51,15 @@ def context_info(context: TaskContext) -> dict[str, Any]:
 
 
 @task()
+def reports_progress(total: int) -> int:
+    from tidings.contrib.django.tasks import progress
+
+    for done in range(1, total + 1):
+        progress(done, total, note=f"step {done}")
+    return total
+
+
+@task()
 def record(lane: str, label: str) -> str:
     """Append ``label`` to the file ``lane`` names (the order the worker ran them in)."""
     with open(os.path.join(os.environ["CONFORMANCE_DIR"], lane), "a") as out:

@@ -49,13 +49,25 @@ from tidings.contrib.django._tasks_api import (
     task_started,
 )
 from tidings.errors import ConfigurationError, JobCancelled, PayloadRejected
-from tidings.jobs.job import Job, PendingDispatch, option
+from tidings.jobs.job import Job, PendingDispatch, current_run, option
 from tidings.observability.redaction import redact
 
 DEFAULT_RESULT_TTL_S = 86400.0
 _OPTION_NAMES = {"result_ttl_s", "tries", "backoff", "timeout", "after_commit", "connection"}
 _READY, _RUNNING = TaskResultStatus.READY, TaskResultStatus.RUNNING
 _SUCCESSFUL, _FAILED = TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED
+
+
+def progress(done: float, total: float | None = None, note: str | None = None) -> None:
+    """Report how far the running task is, from inside its function (a tidings
+    extension: ``app.job_status(result.id).progress``, ``notify-worker status ID``).
+
+    Throttled like ``Job.progress`` (one write per 100 ms, the last one always kept); a
+    no-op outside a tidings worker (on ``ImmediateBackend``, say).
+    """
+    run = current_run()
+    if run is not None and run.report is not None:
+        run.report(done, total, note)
 
 
 def _worker_id() -> str:
