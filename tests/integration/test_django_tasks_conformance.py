@@ -438,3 +438,24 @@ def test_progress_reported_by_a_task_shows_in_job_status(
     assert status == "done"
     assert status.progress is not None
     assert (status.progress.done, status.progress.total, status.progress.note) == (3, 3, "step 3")
+
+
+@REAL_QUEUE
+def test_failed_retry_runs_a_failed_task_again(
+    backend_of: Callable[[Any, str], Any], worker: Any, alias: str
+) -> None:
+    from django_tasks import TaskResultStatus
+
+    from tests.integration.django_tasks_site import tasks
+    from tidings.contrib.django import get_app
+
+    task = backend_of(tasks.attempt_of, "on_commit")  # OPTIONS without tries: one run
+    result = finished(task.enqueue(fail_first=True), worker)
+    assert result.status == TaskResultStatus.FAILED and len(result.errors) == 1
+    assert get_app().queue_for(None).retry([result.id]) == 1
+    end = time.monotonic() + DEADLINE_S
+    while result.status != TaskResultStatus.SUCCESSFUL:
+        assert time.monotonic() < end, worker.tail()
+        time.sleep(0.05)
+        result.refresh()
+    assert result.return_value == 2 and len(result.worker_ids) == 2
