@@ -29,6 +29,7 @@ import json
 import os
 import socket
 import traceback
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -295,6 +296,8 @@ def _resolve_task(app: App, function: str, backend: str) -> Task[Any, Any]:
     found = app.resolve_class(function)
     if isinstance(found, Task):
         return found.using(backend=backend)
+    if isinstance(found, types.FunctionType):  # ``t = task(f)`` under another name
+        return Task(func=found, backend=backend)
     raise PayloadRejected(f"{function!r} is not a Django task")
 
 

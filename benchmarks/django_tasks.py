@@ -1,0 +1,119 @@
+"""Django's Tasks API on tidings beside tidings' own dispatch (issue 24).
+
+    python -m benchmarks.django_tasks [--tasks 10000] [--rounds 3]
+
+One throwaway redis-server (``benchmarks/_redis.py``), Django 5.2 with the
+``django-tasks`` backport configured in this process, one in-process
+:class:`~tidings.worker.worker.Worker` (``--concurrency 16``). Each round measures, in
+turn, for N no-op bodies:
+
+* enqueue: ``noop.enqueue(i)`` through ``TidingsBackend`` (a push and the task record)
+  vs ``Noop(i).with_result().dispatch()`` (a push);
+* drain: the worker emptying each queue (the task path also writes the record twice).
+
+The medians are printed side by side with the ratio (goal: >= 0.9 both ways).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks._redis import bench_redis, delete_prefix
+from tidings import Job
+from tidings.worker.worker import Worker, WorkerOptions
+
+
+def noop(n: int) -> int:
+    """The body of both paths."""
+    return n
+
+
+@dataclass
+class Noop(Job):
+    n: int
+
+    def handle(self) -> int:
+        return noop(self.n)
+
+
+def setup_django(url: str, prefix: str) -> Any:
+    import django
+    from django.conf import settings
+
+    settings.configure(
+        USE_TZ=True,
+        INSTALLED_APPS=["django_tasks", "tidings.contrib.django"],
+        TIDINGS={
+            "redis_url": url,
+            "key": "bench-key-0123456789abcdef0123456789",
+            "prefix": prefix,
+            "allowed_modules": ["benchmarks"],
+            "metrics": False,
+        },
+        TASKS={"default": {"BACKEND": "tidings.contrib.django.tasks.TidingsBackend"}},
+    )
+    django.setup()
+    from django_tasks import task
+
+    from tidings.contrib.django import get_app
+
+    here = importlib.import_module("benchmarks.django_tasks")  # not __main__: importable
+    return get_app(), task(here.noop), here.Noop
+
+
+def drain(app: Any) -> float:
+    async def main() -> float:
+        w = Worker(app, WorkerOptions(concurrency=16, stop_when_empty=True, sleep_s=0.2))
+        t0 = time.perf_counter()
+        await w.run()
+        return time.perf_counter() - t0
+
+    return asyncio.run(main())
+
+
+def run(url: str, n: int, rounds: int) -> None:
+    prefix = f"bench24-{os.getpid()}"
+    app, noop_task, noop_job = setup_django(url, prefix)
+    figures: dict[str, list[float]] = {k: [] for k in ("t_enq", "j_enq", "t_drain", "j_drain")}
+    try:
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for i in range(n):
+                noop_task.enqueue(i)
+            figures["t_enq"].append(n / (time.perf_counter() - t0))
+            figures["t_drain"].append(n / drain(app))
+            t0 = time.perf_counter()
+            for i in range(n):
+                noop_job(i).with_result().dispatch()
+            figures["j_enq"].append(n / (time.perf_counter() - t0))
+            figures["j_drain"].append(n / drain(app))
+    finally:
+        delete_prefix(app.queue_for(None).client, prefix)
+    med = {k: statistics.median(v) for k, v in figures.items()}
+    print(f"{n} no-op bodies, median of {rounds} rounds, one worker (concurrency 16)")
+    for what in ("enq", "drain"):
+        t, j = med[f"t_{what}"], med[f"j_{what}"]
+        print(
+            f"{what:>7}: django.tasks {t:9.0f}/s   tidings dispatch {j:9.0f}/s   "
+            f"ratio {t / j:.2f} (goal >= 0.9)"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=10000)
+    parser.add_argument("--rounds", type=int, default=3)
+    a = parser.parse_args()
+    with bench_redis() as server:
+        run(server.url, a.tasks, a.rounds)
+
+
+if __name__ == "__main__":
+    main()
