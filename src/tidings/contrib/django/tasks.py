@@ -92,9 +92,11 @@ def _json_value(value: Any) -> Any:
 
 
 class _Records:
-    """The Redis hash of each task: the producer writes what it knows at enqueue (task,
-    queue, priority, args, kwargs, enqueued_at), the worker what happens after; they
-    write different fields, so neither overwrites the other."""
+    """What Django's ``TaskResult`` shows of each task, in Redis: a hash (the producer
+    writes task, queue, priority, args, kwargs, enqueued_at; the worker the status and
+    times), a list of worker ids (one per attempt) and a list of errors. Each step is
+    one pipelined round trip and appends rather than rewrites, so the producer's write
+    and the worker's may land in either order."""
 
     def __init__(self, app: App, ttl_s: float, connection: str | None) -> None:
         self.rq = app.queue_for(connection)
@@ -103,29 +105,82 @@ class _Records:
     def key(self, task_id: str) -> str:
         return f"{self.rq.prefix}:djtask:{task_id}"
 
-    def write(self, task_id: str, fields: dict[str, str]) -> None:
+    def _expire(self, pipe: Any, task_id: str) -> None:
+        key = self.key(task_id)
+        for name in (key, f"{key}:w", f"{key}:e"):
+            pipe.pexpire(name, self.ttl_ms)
+
+    # Each step queues its commands on a pipeline (sync or asyncio: the same calls),
+    # and parses the replies.
+
+    def _write(self, pipe: Any, task_id: str, fields: dict[str, str], error: str | None) -> None:
+        key = self.key(task_id)
+        if error is not None:
+            pipe.rpush(f"{key}:e", error)
+        pipe.hset(key, mapping=fields)
+        self._expire(pipe, task_id)
+
+    def _start(
+        self, pipe: Any, task_id: str, fields: dict[str, str], worker_id: str, now: str
+    ) -> None:
+        key = self.key(task_id)
+        pipe.hset(key, mapping=fields)
+        pipe.hsetnx(key, "started_at", now)
+        pipe.rpush(f"{key}:w", worker_id)
+        self._read(pipe, task_id)
+        self._expire(pipe, task_id)
+
+    def _read(self, pipe: Any, task_id: str) -> None:
+        key = self.key(task_id)
+        pipe.hgetall(key)
+        pipe.lrange(f"{key}:w", 0, -1)
+        pipe.lrange(f"{key}:e", 0, -1)
+
+    @staticmethod
+    def _state(replies: list[Any]) -> dict[str, str]:
+        raw, workers, errors = replies[:3]
+        state = {_text(k): _text(v) for k, v in raw.items()}
+        if state:
+            state["worker_ids"] = json.dumps([_text(w) for w in workers])
+            state["errors"] = "[" + ",".join(_text(e) for e in errors) + "]"
+        return state
+
+    def write(self, task_id: str, fields: dict[str, str], error: str | None = None) -> None:
         pipe = self.rq.client.pipeline(transaction=False)
-        pipe.hset(self.key(task_id), mapping=fields)  # type: ignore[arg-type]
-        pipe.pexpire(self.key(task_id), self.ttl_ms)
+        self._write(pipe, task_id, fields, error)
         pipe.execute()
 
-    async def awrite(self, task_id: str, fields: dict[str, str]) -> None:
+    async def awrite(self, task_id: str, fields: dict[str, str], error: str | None = None) -> None:
         pipe = self.rq.aclient().pipeline(transaction=False)
-        pipe.hset(self.key(task_id), mapping=fields)  # type: ignore[arg-type]
-        pipe.pexpire(self.key(task_id), self.ttl_ms)
+        self._write(pipe, task_id, fields, error)
         await pipe.execute()
 
+    def start(self, task_id: str, fields: dict[str, str], worker_id: str) -> dict[str, str]:
+        pipe = self.rq.client.pipeline(transaction=False)
+        self._start(pipe, task_id, fields, worker_id, fields["last_attempted_at"])
+        return self._state(pipe.execute()[3:])
+
+    async def astart(self, task_id: str, fields: dict[str, str], worker_id: str) -> dict[str, str]:
+        pipe = self.rq.aclient().pipeline(transaction=False)
+        self._start(pipe, task_id, fields, worker_id, fields["last_attempted_at"])
+        return self._state((await pipe.execute())[3:])
+
     def read(self, task_id: str) -> dict[str, str]:
-        raw: dict[Any, Any] = self.rq.client.hgetall(self.key(task_id))
-        return {_text(k): _text(v) for k, v in raw.items()}
+        pipe = self.rq.client.pipeline(transaction=False)
+        self._read(pipe, task_id)
+        return self._state(pipe.execute())
 
     async def aread(self, task_id: str) -> dict[str, str]:
-        raw: dict[Any, Any] = await self.rq.aclient().hgetall(self.key(task_id))
-        return {_text(k): _text(v) for k, v in raw.items()}
+        pipe = self.rq.aclient().pipeline(transaction=False)
+        self._read(pipe, task_id)
+        return self._state(await pipe.execute())
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+_TASKS: dict[tuple[int, str, str, str, int], Task[Any, Any]] = {}
 
 
 class _TaskOptions:
@@ -170,26 +225,30 @@ class RunTask(Job):
         return _records_for(_current.current(), self.options)
 
     def _task(self) -> Task[Any, Any]:
-        return _resolve_task(_current.current(), self.function, self.backend).using(
-            queue_name=self.queue_name, priority=self.task_priority
-        )
+        app = _current.current()
+        key = (id(app), self.function, self.backend, self.queue_name, self.task_priority)
+        found = _TASKS.get(key)
+        if found is None:  # resolved and validated once per process, not per run
+            found = _resolve_task(app, self.function, self.backend).using(
+                queue_name=self.queue_name, priority=self.task_priority
+            )
+            if len(_TASKS) > 4096:
+                _TASKS.clear()
+            _TASKS[key] = found
+        return found
 
-    def _start(self, state: dict[str, str]) -> tuple[dict[str, str], TaskResult[Any]]:
-        now = _now()
-        worker_ids = [*json.loads(state.get("worker_ids", "[]")), _worker_id()]
-        update = {  # what the producer writes too: its write may land after this one
+    def _started(self, now: str) -> dict[str, str]:
+        """The fields a run writes as it starts (the producer's too: its write may land
+        after this one)."""
+        return {
             "task": self.function,
             "queue": self.queue_name,
             "priority": str(self.task_priority),
             "args": json.dumps(self.args),
             "kwargs": json.dumps(self.kwargs),
             "status": str(_RUNNING),
-            "started_at": state.get("started_at") or now,
             "last_attempted_at": now,
-            "worker_ids": json.dumps(worker_ids),
         }
-        result = _build_result(self._task(), self.job_id or "", {**state, **update}, self.backend)
-        return update, result
 
     def _call_args(self, result: TaskResult[Any]) -> list[Any]:
         return (
@@ -198,14 +257,24 @@ class RunTask(Job):
             else list(result.args)
         )
 
-    def _failure(self, state: dict[str, str], exc: BaseException, final: bool) -> dict[str, str]:
-        errors = json.loads(state.get("errors", "[]"))
-        tb = "".join(traceback.format_exception(exc))
-        errors.append({"exception_class_path": _class_path(type(exc)), "traceback": redact(tb)})
-        update = {"errors": json.dumps(errors), "status": str(_FAILED if final else _READY)}
+    @staticmethod
+    def _error(exc: BaseException) -> str:
+        tb = redact("".join(traceback.format_exception(exc)))
+        return json.dumps({"exception_class_path": _class_path(type(exc)), "traceback": tb})
+
+    @staticmethod
+    def _failure(final: bool) -> dict[str, str]:
+        update = {"status": str(_FAILED if final else _READY)}
         if final:
             update["finished_at"] = _now()
         return update
+
+    @staticmethod
+    def _with_error(state: dict[str, str], error: str | None) -> dict[str, str]:
+        if error is None:
+            return state
+        errors = state.get("errors", "[]")
+        return {**state, "errors": f"{errors[:-1]}{',' if errors != '[]' else ''}{error}]"}
 
     def _success(self, value: Any) -> dict[str, str]:
         return {"status": str(_SUCCESSFUL), "finished_at": _now(), "return": json.dumps(value)}
@@ -217,18 +286,17 @@ class RunTask(Job):
         """Run the task function (sync) and record the outcome."""
         records = self._records()
         task_id = self.job_id or ""
-        state = records.read(task_id)
-        update, result = self._start(state)
-        records.write(task_id, update)
-        state.update(update)
+        state = records.start(task_id, self._started(_now()), _worker_id())
+        result = self._finish(state, {})
         task_started.send(sender=TidingsBackend, task_result=result)
         try:
             value = _json_value(result.task.call(*self._call_args(result), **result.kwargs))
         except Exception as exc:
             final = isinstance(exc, JobCancelled)
-            update = self._failure(state, exc, final)
-            records.write(task_id, update)
+            update, error = self._failure(final), self._error(exc)
+            records.write(task_id, update, error)
             if final:
+                state = self._with_error(state, error)
                 task_finished.send(sender=TidingsBackend, task_result=self._finish(state, update))
             raise
         update = self._success(value)
@@ -242,11 +310,12 @@ class RunTask(Job):
         records = self._records()
         task_id = self.job_id or ""
         state = await records.aread(task_id)
-        update = self._failure(state, exc, True)
+        update = self._failure(True)
         recorded = len(json.loads(state.get("errors", "[]")))
-        if recorded >= len(json.loads(state.get("worker_ids", "[]"))):
-            update.pop("errors")  # handle() recorded this attempt's error already
-        await records.awrite(task_id, update)
+        runs = len(json.loads(state.get("worker_ids", "[]")))
+        error = None if recorded >= runs else self._error(exc)  # handle() recorded it
+        await records.awrite(task_id, update, error)
+        state = self._with_error(state, error)
         await task_finished.asend(sender=TidingsBackend, task_result=self._finish(state, update))
 
 
@@ -258,18 +327,17 @@ class RunAsyncTask(RunTask):
         """Await the task coroutine and record the outcome."""
         records = self._records()
         task_id = self.job_id or ""
-        state = await records.aread(task_id)
-        update, result = self._start(state)
-        await records.awrite(task_id, update)
-        state.update(update)
+        state = await records.astart(task_id, self._started(_now()), _worker_id())
+        result = self._finish(state, {})
         await task_started.asend(sender=TidingsBackend, task_result=result)
         try:
             value = _json_value(await result.task.acall(*self._call_args(result), **result.kwargs))
         except (Exception, JobCancelled) as exc:
             final = isinstance(exc, JobCancelled)
-            update = self._failure(state, exc, final)
-            await records.awrite(task_id, update)
+            update, error = self._failure(final), self._error(exc)
+            await records.awrite(task_id, update, error)
             if final:
+                state = self._with_error(state, error)
                 await task_finished.asend(
                     sender=TidingsBackend, task_result=self._finish(state, update)
                 )
