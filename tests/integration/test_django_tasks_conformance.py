@@ -459,3 +459,21 @@ def test_failed_retry_runs_a_failed_task_again(
         time.sleep(0.05)
         result.refresh()
     assert result.return_value == 2 and len(result.worker_ids) == 2
+
+
+@REAL_QUEUE
+def test_a_task_past_its_timeout_option_fails_with_the_timeout_recorded(
+    site: dict[str, str], backend_of: Callable[[Any, str], Any], worker: Any, alias: str
+) -> None:
+    from django_tasks import TaskResultStatus
+
+    from tests.integration.django_tasks_site import tasks
+
+    result = finished(backend_of(tasks.sleeps, "short").enqueue(5), worker)
+    assert result.status == TaskResultStatus.FAILED
+    assert len(result.errors) == 1 and len(result.worker_ids) == 1
+    assert "Timeout" in result.errors[0].exception_class_path
+    end = time.monotonic() + DEADLINE_S
+    while "finished FAILED" not in signals_of(site, result.id):
+        assert time.monotonic() < end, signals_of(site, result.id)
+        time.sleep(0.05)

@@ -29,4 +29,9 @@ TASKS["on_commit"] = {
     "QUEUES": QUEUES,
     "OPTIONS": {"after_commit": True},
 }
+TASKS["short"] = {
+    "BACKEND": "tidings.contrib.django.tasks.TidingsBackend",
+    "QUEUES": QUEUES,
+    "OPTIONS": {"timeout": 0.5},
+}
 LOGGING_CONFIG = None

@@ -60,6 +60,11 @@ def reports_progress(total: int) -> int:
 
 
 @task()
+async def sleeps(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+@task()
 def record(lane: str, label: str) -> str:
     """Append ``label`` to the file ``lane`` names (the order the worker ran them in)."""
     with open(os.path.join(os.environ["CONFORMANCE_DIR"], lane), "a") as out:
