@@ -105,9 +105,9 @@ class _Records:
     def key(self, task_id: str) -> str:
         return f"{self.rq.prefix}:djtask:{task_id}"
 
-    def _expire(self, pipe: Any, task_id: str) -> None:
+    def _expire(self, pipe: Any, task_id: str, lists: bool = True) -> None:
         key = self.key(task_id)
-        for name in (key, f"{key}:w", f"{key}:e"):
+        for name in (key, f"{key}:w", f"{key}:e") if lists else (key,):
             pipe.pexpire(name, self.ttl_ms)
 
     # Each step queues its commands on a pipeline (sync or asyncio: the same calls),
@@ -118,7 +118,7 @@ class _Records:
         if error is not None:
             pipe.rpush(f"{key}:e", error)
         pipe.hset(key, mapping=fields)
-        self._expire(pipe, task_id)
+        self._expire(pipe, task_id, lists=error is not None or "status" in fields)
 
     def _start(
         self, pipe: Any, task_id: str, fields: dict[str, str], worker_id: str, now: str
