@@ -14,7 +14,6 @@ its queue, nothing is announced for it, and the worker and its other queues go o
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
@@ -133,17 +132,14 @@ class Settler:
         k = self.rq.keys(res.queue)
         self.held.set_state(held, State.SETTLING)
         exception = out.error is not None
-        while True:
-            token = res.token
-            done = await self._move(
-                lambda: self.broker.release(
-                    k, res, out.delay_s, uncount=out.uncount, exception=exception
-                ),
-                f"the release of {res.id}",
-            )
-            if done == -1 and held.adopted_since(token):
-                continue  # adopted while the release was out: send it with the new token
-            break
+        done = await self._fenced(
+            held,
+            lambda: self.broker.release(
+                k, res, out.delay_s, uncount=out.uncount, exception=exception
+            ),
+            lambda reply: reply == -1,
+            f"the release of {res.id}",
+        )
         self.held.drop(held)
         if done == -1:
             self.report_lost(held, "its release" + (" for a retry" if exception else ""))
@@ -192,14 +188,12 @@ class Settler:
             )
         k = self.rq.keys(res.queue)
         self.held.set_state(held, State.SETTLING)
-        while True:
-            token = res.token
-            moved = await self._move(
-                lambda: self.broker.fail(k, res, info), f"the failure of {res.id}"
-            )
-            if not moved and held.adopted_since(token):
-                continue
-            break
+        moved = await self._fenced(
+            held,
+            lambda: self.broker.fail(k, res, info),
+            lambda reply: not reply,
+            f"the failure of {res.id}",
+        )
         self.held.drop(held)
         if not moved:
             self.report_lost(held, "its move to the failed store")
@@ -228,14 +222,12 @@ class Settler:
             )
         k = self.rq.keys(res.queue)
         self.held.set_state(held, State.SETTLING)
-        while True:
-            token = res.token
-            moved = await self._move(
-                lambda: self.broker.cancelled(k, res), f"the cancel of {res.id}"
-            )
-            if not moved and held.adopted_since(token):
-                continue
-            break
+        moved = await self._fenced(
+            held,
+            lambda: self.broker.cancelled(k, res),
+            lambda reply: not reply,
+            f"the cancel of {res.id}",
+        )
         self.held.drop(held)
         if not moved:
             self.report_lost(held, "its cancel")
@@ -250,15 +242,13 @@ class Settler:
         (the job dropped, the loss reported) when the job was handed out again."""
         res = held.reserved
         k = self.rq.keys(res.queue)
-        while True:
-            sent = [(res.id, res.token)]
-            renewed = await self._move(
-                functools.partial(self.broker.extend, k, sent), f"the lease check of {res.id}"
-            )
-            lost = renewed.lost
-            if lost and held.adopted_since(sent[0][1]):
-                continue
-            break
+        renewed = await self._fenced(
+            held,
+            lambda: self.broker.extend(k, [(res.id, res.token)]),
+            lambda reply: bool(reply.lost),
+            f"the lease check of {res.id}",
+        )
+        lost = renewed.lost
         if lost:
             self.held.drop(held)
             self.report_lost(held, what)
@@ -279,6 +269,22 @@ class Settler:
             what,
         )
         self.host.emit(ReservationLost(res.id, res.queue))
+
+    async def _fenced(
+        self,
+        held: HeldJob,
+        op: Callable[[], Awaitable[T]],
+        refused: Callable[[T], bool],
+        what: str,
+    ) -> T:
+        """A move fenced by ``held``'s token (``op`` reads it when sent). A refusal that
+        only means the reservation was adopted meanwhile (:mod:`tidings.worker.held`)
+        is sent again with the new token."""
+        while True:
+            token = held.reserved.token
+            reply = await self._move(op, what)
+            if not (refused(reply) and held.adopted_since(token)):
+                return reply
 
     async def _move(self, op: Callable[[], Awaitable[T]], what: str) -> T:
         return await retrying(op, limit_s=self.opts.give_up_s, what=what)
