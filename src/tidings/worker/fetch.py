@@ -137,6 +137,7 @@ class Fetcher:
                 if self.opts.concurrency - self.held.running <= 0:
                     await self.held.slot_free.wait()
                 continue
+            held_before = len(self.held)
             if carried is not None:
                 (got, wait), carried = carried, None
             else:
@@ -165,6 +166,11 @@ class Fetcher:
                 # once the jobs just started have run up to their first wait.
                 await asyncio.sleep(0)
             else:
+                if self.opts.stop_when_empty and held_before and not len(self.held):
+                    # This worker's last jobs were acked while the pop ran: the wait it
+                    # returned may be their leases' (they were still reserved). Pop again
+                    # rather than sit out a blocking wait for them.
+                    continue
                 if self.opts.stop_when_empty and len(self.held):
                     # Nothing ready, but this worker's own jobs still run or wait for
                     # their acks: their ends decide whether the queue is empty, not a

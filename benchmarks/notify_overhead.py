@@ -1,0 +1,58 @@
+"""A queued notification on a channel that does nothing, beside a bare async no-op job.
+
+Issue 28, goal 4: a queued notification should drain at >= 0.9x a bare job. Both are
+drained by the same in-process :class:`~tidings.worker.worker.Worker` (concurrency 16,
+no per-job output listeners), N jobs a round, rounds interleaved (bare, notification,
+bare, ...) on one throwaway Redis, medians and spreads printed::
+
+    .venv/bin/python -m benchmarks.notify_overhead --n 5000 --rounds 5
+
+What a notification pays on top of the job: a bigger body to decode (the notifiable and
+the notification), the channel lookup, ``should_send``, the NotificationSending/Sent
+announcements (skipped when nobody listens), the channel's rate limits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import time
+
+from benchmarks._redis import bench_redis
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    with bench_redis() as server:
+        os.environ["TIDINGS_REDIS_URL"] = server.url
+        os.environ.setdefault("TIDINGS_KEY", "notify-overhead-benchmark-key-0123456789abcdef")
+        os.environ["TIDINGS_PREFIX"] = f"tbench{os.getpid()}"
+        from benchmarks import notify_overhead_app as bench
+
+        rates: dict[str, list[float]] = {"bare": [], "notification": []}
+        for _ in range(args.rounds):
+            for kind in rates:
+                bench.fill(kind, args.n)
+                started = time.perf_counter()
+                asyncio.run(bench.drain())
+                rates[kind].append(args.n / (time.perf_counter() - started))
+        print(f"N = {args.n:,} a round, {args.rounds} interleaved rounds, Redis {server.version}")
+        for kind, values in rates.items():
+            print(
+                f"  {kind:<13} {statistics.median(values):8,.0f}/s "
+                f"[{min(values):,.0f}-{max(values):,.0f}]"
+            )
+        ratios = [n / b for n, b in zip(rates["notification"], rates["bare"], strict=True)]
+        print(
+            f"  ratio (goal >= 0.9): {statistics.median(ratios):.2f} "
+            f"[{min(ratios):.2f}-{max(ratios):.2f}] (per round, notification / bare)"
+        )
+
+
+if __name__ == "__main__":
+    main()
