@@ -120,12 +120,19 @@ def _slack_channel(app: AppHost) -> Any:
     return SlackChannel(app)
 
 
+def _broadcast_channel(app: AppHost) -> Any:
+    from tidings.notifications.channels.broadcast import BroadcastChannel
+
+    return BroadcastChannel(app)
+
+
 BUILTIN: dict[str, Factory] = {
     "mail": MailChannel,
     "sms": SmsChannel,
     "webhook": WebhookChannel,
     "database": _database_channel,
     "slack": _slack_channel,
+    "broadcast": _broadcast_channel,
 }
 
 
