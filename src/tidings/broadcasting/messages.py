@@ -12,10 +12,10 @@ from tidings.errors import ValidationError
 
 #: What a channel name may hold: letters, digits and ``_ - . = @ ,`` (``private-`` marks
 #: a private channel), at most 200 characters.
-CHANNEL_RE = re.compile(r"^[A-Za-z0-9_.=@,\-]{1,200}$")
+CHANNEL_RE = re.compile(r"^[A-Za-z0-9_.=@,\-]{1,200}\Z")
 PRIVATE_PREFIX = "private-"
 #: What an SSE event name may hold (it is written on an ``event:`` line).
-EVENT_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+EVENT_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}\Z")
 
 
 def check_channel(name: object, where: str = "broadcast channel") -> str:
