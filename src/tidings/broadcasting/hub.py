@@ -149,8 +149,8 @@ class Hub:
         """Entries of ``channel`` after ``after`` up to ``upto`` (both stream ids)."""
         if not _is_stream_id(after) or _id_tuple(after) >= _id_tuple(upto):
             return []
-        items = await self.control.xrange(self.key(channel), min="(" + after, max=upto)
-        return [entry_of(channel, sid, fields) for sid, fields in items]
+        items: Any = await self.control.xrange(self.key(channel), min="(" + after, max=upto)
+        return [entry_of(channel, sid, fields) for sid, fields in items or []]
 
     # -- reading -------------------------------------------------------------------------
 
@@ -186,7 +186,7 @@ class Hub:
             if not self._channels:
                 await self._has_channels.wait()
                 continue
-            streams = {self.key(c): s.last_id for c, s in self._channels.items()}
+            streams: dict[Any, Any] = {self.key(c): s.last_id for c, s in self._channels.items()}
             try:
                 reader = await self._connect_reader()
                 self.reads += 1
