@@ -26,6 +26,9 @@ from tidings.redis.keys import broadcast_stream_key
 
 log = logging.getLogger("tidings.broadcasting")
 
+#: Connections a web process uses for positions, replays and wake-ups (beside its reader).
+CONTROL_CONNECTIONS = 8
+
 #: One entry as a subscriber gets it: channel, stream id, event name, JSON data.
 Entry = tuple[str, str, bytes, bytes]
 
@@ -90,6 +93,9 @@ class Hub:
         self._reader_id: int | None = None
         self._task: asyncio.Task[None] | None = None
         self._has_channels = asyncio.Event()
+        # Short commands share a few pooled connections: a thousand browsers arriving at
+        # once wait their turn instead of exhausting the pool.
+        self._gate = asyncio.Semaphore(CONTROL_CONNECTIONS)
         self.reads = 0  # XREAD calls made (tests, benchmarks)
 
     @property
@@ -113,7 +119,7 @@ class Hub:
         sub = Subscriber(channels, limit)
         new = [c for c in channels if c not in self._channels]
         if new:
-            async with self.control.pipeline(transaction=False) as pipe:
+            async with self._gate, self.control.pipeline(transaction=False) as pipe:
                 for c in new:
                     pipe.xrevrange(self.key(c), count=1)
                 tails = await pipe.execute()
@@ -149,7 +155,8 @@ class Hub:
         """Entries of ``channel`` after ``after`` up to ``upto`` (both stream ids)."""
         if not _is_stream_id(after) or _id_tuple(after) >= _id_tuple(upto):
             return []
-        items: Any = await self.control.xrange(self.key(channel), min="(" + after, max=upto)
+        async with self._gate:
+            items: Any = await self.control.xrange(self.key(channel), min="(" + after, max=upto)
         return [entry_of(channel, sid, fields) for sid, fields in items or []]
 
     # -- reading -------------------------------------------------------------------------
@@ -163,7 +170,8 @@ class Hub:
         if self._reader_id is None:
             return
         with contextlib.suppress(RedisError, OSError):
-            await self.control.client_unblock(self._reader_id)
+            async with self._gate:
+                await self.control.client_unblock(self._reader_id)
 
     async def _connect_reader(self) -> redis.asyncio.Redis:
         if self._reader is None:
