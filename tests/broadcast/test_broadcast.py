@@ -238,3 +238,38 @@ def test_bad_requests_name_the_fix(redis_url: str, prefix: str, spawn_proc: Spaw
 
 
 def _unused(*_: Any) -> None: ...
+
+
+def test_connected_browsers_keep_receiving_after_a_redis_restart(
+    redis_server: Any, spawn_proc: Spawn
+) -> None:
+    """RELIABILITY F6 for the reader: Redis restarts (AOF always); the web process's reader
+    reconnects by itself and the connected browser gets what is published after, once."""
+    url, prefix = redis_server.url, "bcrestart"
+    _, base = start_server(spawn_proc, url, prefix, BC_HEARTBEAT_S="0.5")
+    app = App(env=False, redis_url=url, key=KEY, prefix=prefix)
+    try:
+        with sse(base, ["news"]) as reader:
+            wait_for(lambda: reader.last_id is not None, 10, 0.02, message="the opening id")
+            app.broadcasting.publish("news", "posted", {"n": 1})
+            reader.wait_events(1)
+            redis_server.restart(0.5)
+            # publish one message at a time until the reconnected reader delivers two
+            sent = 1
+
+            def step() -> bool:
+                nonlocal sent
+                if len(reader.events) >= 3:
+                    return True
+                if len(reader.events) == sent:
+                    try:
+                        app.broadcasting.publish("news", "posted", {"n": sent + 1})
+                        sent += 1
+                    except Exception:  # Redis still loading: try again next step
+                        pass
+                return False
+
+            wait_for(step, 30, 0.2, message="messages after the restart")
+            assert [e.data["data"]["n"] for e in reader.events] == [1, 2, 3]
+    finally:
+        app.close()
