@@ -238,10 +238,23 @@ def main() -> None:
                                       stderr=subprocess.DEVNULL)  # fmt: skip
             procs.append(worker)
             time.sleep(3.0)
+            t_send = time.perf_counter()
             sent = _send(app, args.clients, args.rate, args.seconds, k, via_queue=True)
-            time.sleep(5.0)
+            sent_s = time.perf_counter() - t_send
+            # the worker may lag: wait until the queue is drained (at most two minutes)
+            rq = app.queue_for(None)
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                s = rq.sizes(["default"])["default"]
+                if s["ready"] + s["reserved"] + s["delayed"] == 0:
+                    break
+                time.sleep(0.2)
+            drained_s = time.perf_counter() - t_send
+            time.sleep(2.0)
             dres = _check(_collect(clients), args.clients, k, sent)
             dres["sent"] = sent
+            dres["dispatched_per_s"] = round(sent / sent_s)
+            dres["drained_per_s"] = round(sent / drained_s)
             print(f"  dispatch  {args.rate:>7.0f} msg/s  {dres}", flush=True)
             print()
             print(f"| {args.clients} SSE clients, 2 web processes | rate | p50 ms | p99 ms "

@@ -37,8 +37,11 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def entry_of(channel: str, sid: Any, fields: dict[Any, Any]) -> Entry:
-    """A subscriber's entry from one XREAD/XRANGE item."""
+def entry_of(channel: str, sid: Any, fields: Any) -> Entry:
+    """A subscriber's entry from one XREAD/XRANGE item (fields as a dict, or as the flat
+    list a raw reply has)."""
+    if isinstance(fields, list):
+        fields = dict(zip(fields[::2], fields[1::2], strict=False))
     return (
         channel,
         _text(sid),
@@ -76,7 +79,12 @@ class Subscriber:
 @dataclass
 class _Channel:
     last_id: str
+    key: bytes = b""
     subscribers: set[Subscriber] = field(default_factory=set)
+
+
+def _bulk(value: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(value), value)
 
 
 class Hub:
@@ -89,7 +97,8 @@ class Hub:
         self._channels: dict[str, _Channel] = {}
         self._key_to_channel: dict[bytes, str] = {}
         self._control: redis.asyncio.Redis | None = None
-        self._reader: redis.asyncio.Redis | None = None
+        self._reader: Any = None  # a raw connection (or, on Redis Cluster, a client)
+        self._head: tuple[bytes, list[_Channel]] | None = None  # packed XREAD up to the ids
         self._reader_id: int | None = None
         self._task: asyncio.Task[None] | None = None
         self._has_channels = asyncio.Event()
@@ -125,8 +134,10 @@ class Hub:
                 tails = await pipe.execute()
             for c, tail in zip(new, tails, strict=True):
                 if c not in self._channels:  # another subscriber may have won the await
-                    self._channels[c] = _Channel(_text(tail[0][0]) if tail else "0-0")
-                    self._key_to_channel[self.key(c).encode()] = c
+                    key = self.key(c).encode()
+                    self._channels[c] = _Channel(_text(tail[0][0]) if tail else "0-0", key)
+                    self._key_to_channel[key] = c
+                    self._head = None
         for c in channels:
             state = self._channels[c]
             state.subscribers.add(sub)
@@ -147,7 +158,8 @@ class Hub:
             state.subscribers.discard(sub)
             if not state.subscribers:
                 del self._channels[c]
-                self._key_to_channel.pop(self.key(c).encode(), None)
+                self._key_to_channel.pop(state.key, None)
+                self._head = None
         if not self._channels:
             self._has_channels.clear()
 
@@ -173,20 +185,53 @@ class Hub:
             async with self._gate:
                 await self.control.client_unblock(self._reader_id)
 
-    async def _connect_reader(self) -> redis.asyncio.Redis:
+    async def _connect_reader(self) -> Any:
+        """A connection of its own for the blocking read (its CLIENT ID is what
+        ``CLIENT UNBLOCK`` wakes); a Redis Cluster client has no pool to take one from
+        and reads through a single-connection client instead."""
         if self._reader is None:
-            reader = redis.asyncio.Redis.from_url(self.url, single_connection_client=True)
-            self._reader_id = None
-            self._reader = reader
-            with contextlib.suppress(RedisError, OSError):
-                self._reader_id = int(await reader.client_id())
+            pool = getattr(self.control, "connection_pool", None)
+            if pool is None:
+                self._reader = async_client(self.url, socket_timeout_s=None)
+                return self._reader
+            conn = pool.make_connection()
+            await conn.connect()
+            await conn.send_command("CLIENT", "ID")
+            self._reader_id = int(await conn.read_response())
+            self._reader = conn
         return self._reader
 
     async def _drop_reader(self) -> None:
         reader, self._reader, self._reader_id = self._reader, None, None
         if reader is not None:
             with contextlib.suppress(Exception):
-                await reader.aclose()
+                if isinstance(reader, redis.asyncio.Redis):
+                    await reader.aclose()
+                else:
+                    await reader.disconnect()
+
+    def _packed(self) -> bytes:
+        """XREAD COUNT 1000 BLOCK <ms> STREAMS <keys> <ids>, packed once per channel set
+        (with a thousand channels, redis-py packing the keys on every read costs more
+        than the read)."""
+        if self._head is None:
+            order = list(self._channels.values())
+            words = [b"XREAD", b"COUNT", b"1000", b"BLOCK", str(self.block_ms).encode(),
+                     b"STREAMS", *(c.key for c in order)]  # fmt: skip
+            head = b"*%d\r\n" % (len(words) + len(order)) + b"".join(map(_bulk, words))
+            self._head = (head, order)
+        head, order = self._head
+        return head + b"".join(_bulk(c.last_id.encode()) for c in order)
+
+    async def _read(self) -> Any:
+        reader = await self._connect_reader()
+        self.reads += 1
+        if isinstance(reader, redis.asyncio.Redis):
+            streams: dict[Any, Any] = {c.key: c.last_id for c in self._channels.values()}
+            return await reader.xread(streams, count=1000, block=self.block_ms)
+        await reader.send_packed_command(self._packed(), check_health=False)
+        return await reader.read_response(timeout=self.block_ms / 1000 + 10)
+
 
     async def _run(self) -> None:
         backoff = 0.05
@@ -194,11 +239,8 @@ class Hub:
             if not self._channels:
                 await self._has_channels.wait()
                 continue
-            streams: dict[Any, Any] = {self.key(c): s.last_id for c, s in self._channels.items()}
             try:
-                reader = await self._connect_reader()
-                self.reads += 1
-                reply = await reader.xread(streams, count=1000, block=self.block_ms)
+                reply = await self._read()
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
@@ -208,16 +250,26 @@ class Hub:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
-            self._deliver(reply or [])
+            except Exception:  # a bug must not stop every browser's feed for good
+                log.exception("broadcast reader failed (retrying in %.2fs)", backoff)
+                await self._drop_reader()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            try:
+                self._deliver(reply or [])
+            except Exception:
+                log.exception("broadcast reader: a reply could not be delivered")
 
-    def _deliver(self, reply: Iterable[Any]) -> None:
-        for key, items in reply:
+    def _deliver(self, reply: Any) -> None:
+        pairs: Iterable[Any] = reply.items() if isinstance(reply, dict) else reply  # RESP3/2
+        for key, items in pairs:
             channel = self._key_to_channel.get(key if isinstance(key, bytes) else key.encode())
             state = self._channels.get(channel) if channel is not None else None
-            if state is None:
+            if channel is None or state is None:
                 continue
             for sid, fields in items:
-                entry = entry_of(channel, sid, fields)  # type: ignore[arg-type]
+                entry = entry_of(channel, sid, fields)
                 state.last_id = entry[1]
                 for sub in state.subscribers:
                     sub.offer(entry)
