@@ -105,6 +105,11 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -221,14 +226,21 @@ def main() -> None:
             app = App(env=False, redis_url=server.url, key=KEY, prefix=prefix,
                       allowed_modules="benchmarks")  # fmt: skip
             app.broadcasting.max_len = 10_000
+            redis_pid = int(app.queue_for(None).client.info("server")["process_id"])
+            watched = [webs[0].pid, webs[1].pid, redis_pid, clients.pid]
             k = 0
             results: dict[str, list[dict[str, Any]]] = {"baseline": [], "publish": []}
             for _ in range(args.rounds):
                 for name, rate in (("baseline", args.rate / 10), ("publish", args.rate)):
+                    cpu0 = [_cpu_s(p) for p in watched]
                     sent = _send(app, args.clients, rate, args.seconds, k, via_queue=False)
                     time.sleep(2.0)
+                    cpu1 = [_cpu_s(p) for p in watched]
                     res = _check(_collect(clients), args.clients, k, sent)
                     res["sent"] = sent
+                    used = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
+                    res["cpu_s"] = {"web": round(used[0] + used[1], 2), "redis": round(used[2], 2),
+                                    "clients": round(used[3], 2)}  # fmt: skip
                     results[name].append(res)
                     print(f"  {name:<9} {rate:>7.0f} msg/s  {res}", flush=True)
                     k += sent
