@@ -273,3 +273,13 @@ def test_connected_browsers_keep_receiving_after_a_redis_restart(
             assert [e.data["data"]["n"] for e in reader.events] == [1, 2, 3]
     finally:
         app.close()
+
+
+def test_a_malformed_broadcast_route_fails_at_notify_and_queues_nothing(app: App) -> None:
+    class Odd(bc_app.User):
+        def route_notification_for_broadcast(self, notification: Any) -> list[str]:
+            return ["fine", "not fine\n"]
+
+    with pytest.raises(ValidationError, match="route_notification_for_broadcast"):
+        Odd(1).notify(bc_app.InvoicePaid(1))
+    assert app.queue_for(None).sizes(["default"])["default"]["ready"] == 0
