@@ -283,3 +283,34 @@ def test_a_malformed_broadcast_route_fails_at_notify_and_queues_nothing(app: App
     with pytest.raises(ValidationError, match="route_notification_for_broadcast"):
         Odd(1).notify(bc_app.InvoicePaid(1))
     assert app.queue_for(None).sizes(["default"])["default"]["ready"] == 0
+
+
+def test_a_browser_back_after_the_window_is_told_of_the_gap_then_gets_what_is_left(
+    app: App, redis_url: str, prefix: str, spawn_proc: Spawn
+) -> None:
+    _, base = start_server(spawn_proc, redis_url, prefix, BC_HEARTBEAT_S="1")
+    app.broadcasting.max_len = 10
+    with sse(base, ["busy"]) as first:
+        wait_for(lambda: first.last_id is not None, 10, 0.02, message="the opening id")
+        app.broadcasting.publish("busy", "tick", {"n": 0})
+        first.wait_events(1)
+        last = first.events[-1].id
+    for n in range(1, 501):
+        app.broadcasting.publish("busy", "tick", {"n": n})
+    kept = [orjson_loads(f[b"d"])["n"] for _, f in entries(app, "busy")]
+    assert kept[-1] == 500 and kept[0] > 1  # trimmed
+    with sse(base, ["busy"], last_event_id=last) as again:
+        again.wait_events(1 + len(kept))
+        assert again.events[0].event == "tidings.gap"
+        assert again.events[0].data == {"channel": "busy"}
+        assert [e.data["data"]["n"] for e in again.events[1:]] == kept
+    with sse(base, ["busy"], last_event_id=again.events[-1].id) as current:
+        app.broadcasting.publish("busy", "tick", {"n": 501})
+        current.wait_events(1)
+        assert [e.event for e in current.events] == ["tick"]  # no gap when nothing was lost
+
+
+def orjson_loads(raw: bytes) -> Any:
+    import orjson
+
+    return orjson.loads(raw)

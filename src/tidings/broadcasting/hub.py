@@ -163,6 +163,23 @@ class Hub:
         if not self._channels:
             self._has_channels.clear()
 
+    async def trimmed_after(self, channel: str, after: str) -> bool:
+        """Whether ``MAXLEN`` trimming may have dropped entries newer than ``after``: some
+        entries were trimmed and the oldest one kept is newer than ``after`` (Redis 7's
+        ``entries-added`` and ``recorded-first-entry-id``; older servers do not say, and
+        this answers False). It errs on one side only: when the last entry trimmed was
+        ``after`` itself it says True though nothing newer is gone."""
+        try:
+            async with self._gate:
+                info: Any = await self.control.xinfo_stream(self.key(channel))
+        except RedisError:
+            return False  # no such stream: nothing was trimmed
+        added, length = info.get("entries-added"), info.get("length")
+        first = info.get("recorded-first-entry-id")
+        if added is None or length is None or first is None or int(added) <= int(length):
+            return False
+        return _id_tuple(_text(first)) > _id_tuple(after)
+
     async def replay(self, channel: str, after: str, upto: str) -> list[Entry]:
         """Entries of ``channel`` after ``after`` up to ``upto`` (both stream ids)."""
         if not _is_stream_id(after) or _id_tuple(after) >= _id_tuple(upto):

@@ -9,7 +9,9 @@ Each message arrives as ``id: <stream id>``, ``event: <name>`` and
 holding its start position, so a browser that reconnects (``EventSource`` sends
 ``Last-Event-ID``) replays what it missed within each stream's window. With several
 channels the id is the comma-joined stream ids in the order the channels were asked
-for. Idle connections get a comment line every ``heartbeat_s``. A private channel the
+for. When a reconnecting browser's position is older than what a stream still holds, it
+first gets ``event: tidings.gap`` (``data: {"channel": ...}``): some messages are gone
+and the page should reload its state. Idle connections get a comment line every ``heartbeat_s``. A private channel the
 app's callback refuses gets ``403`` with an empty body; nothing else is sent.
 """
 
@@ -176,11 +178,14 @@ class BroadcastEndpoint:
         watcher: asyncio.Task[None] | None = None
         try:
             backlog: list[Entry] = []
+            gaps: list[str] = []
             pos = dict(sub.start)
             for c in channels:
                 after = (since or {}).get(c, "")
                 if _is_id(after):
                     pos[c] = after  # the live feed's dedupe keeps ids after it only
+                    if await hub.trimmed_after(c, after):
+                        gaps.append(c)
                     backlog += await hub.replay(c, after, sub.start[c])
             await send({
                 "type": "http.response.start",
@@ -197,6 +202,11 @@ class BroadcastEndpoint:
                 await send({"type": "http.response.body", "body": b""})
                 return
             watcher = asyncio.get_running_loop().create_task(self._watch(receive, sub))
+            if gaps:  # older messages left the window: the page should reload its state
+                await send({"type": "http.response.body", "more_body": True, "body": b"".join(
+                    b'event: tidings.gap\ndata: {"channel":"' + c.encode() + b'"}\n\n'
+                    for c in gaps
+                )})  # fmt: skip
             if backlog:
                 await self._send(send, channels, pos, backlog)
             await self._pump(send, sub, channels, pos)

@@ -6,7 +6,8 @@
  *   });
  *   sub.close();
  *
- * Each handler gets the message's data and {channel, event, id}. The browser reconnects
+ * Each handler gets the message's data and {channel, event, id}. options: token,
+ * withCredentials, onerror, ongap(channel) (messages left the replay window: reload). The browser reconnects
  * by itself and sends Last-Event-ID, so nothing within the stream window is missed.
  */
 (function (root) {
@@ -25,6 +26,9 @@
         handlers[name](msg.data, { channel: msg.channel, event: name, id: e.lastEventId });
       });
     });
+    if (opts.ongap) {
+      source.addEventListener("tidings.gap", function (e) { opts.ongap(JSON.parse(e.data).channel); });
+    }
     if (opts.onerror) source.onerror = opts.onerror;
     return { source: source, close: function () { source.close(); } };
   }
