@@ -17,6 +17,7 @@ from tidings.notifications import Notifiable, Notification
 app = App.from_env()
 app.broadcasting.heartbeat_s = float(os.environ.get("BC_HEARTBEAT_S", "15"))
 app.broadcasting.max_len = int(os.environ.get("BC_MAX_LEN", "1000"))
+app.broadcasting.client_buffer = int(os.environ.get("BC_CLIENT_BUFFER", "1000"))
 
 
 @app.broadcasting.user_resolver

@@ -314,3 +314,64 @@ def orjson_loads(raw: bytes) -> Any:
     import orjson
 
     return orjson.loads(raw)
+
+
+def _raw_sse(base: str, channel: str, last_id: str | None) -> Any:
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(base)
+    sock = socket.create_connection((u.hostname, u.port), timeout=30)
+    extra = f"Last-Event-ID: {last_id}\r\n" if last_id else ""
+    sock.sendall(f"GET /?channel={channel} HTTP/1.0\r\nHost: x\r\n{extra}\r\n".encode())
+    return sock
+
+
+def _read_all(sock: Any) -> list[tuple[str | None, int | None]]:
+    """(id, n) of every block until the server closes."""
+    buf = b""
+    while chunk := sock.recv(65536):
+        buf += chunk
+    sock.close()
+    out: list[tuple[str | None, int | None]] = []
+    for block in buf.split(b"\r\n\r\n", 1)[1].split(b"\n\n"):
+        fields = dict(line.split(b": ", 1) for line in block.split(b"\n") if b": " in line)
+        if b"data" in fields:
+            out.append((fields[b"id"].decode(), orjson_loads(fields[b"data"])["data"]["n"]))
+        elif b"id" in fields:
+            out.append((fields[b"id"].decode(), None))
+    return out
+
+
+def test_a_browser_too_slow_is_closed_and_replays_losing_nothing(
+    app: App, redis_url: str, prefix: str, spawn_proc: Spawn
+) -> None:
+    """A client that stops reading falls ``client_buffer`` messages behind: its connection
+    is closed (memory stays bounded) and, reconnecting with its last id, it gets the rest,
+    each message once."""
+    _, base = start_server(spawn_proc, redis_url, prefix, BC_CLIENT_BUFFER="20",
+                           BC_HEARTBEAT_S="60")  # fmt: skip
+    app.broadcasting.max_len = 10_000
+    slow = _raw_sse(base, "firehose", None)
+    wait_for(lambda: any(c.get("cmd") == "xread" for c in app.queue_for(None).client.client_list()),
+             20, 0.05, message="the reader")  # fmt: skip
+    time.sleep(0.5)
+    pad = "x" * 20_000
+    total = 300
+    for n in range(total):
+        app.broadcasting.publish("firehose", "big", {"n": n, "pad": pad})
+    first = _read_all(slow)  # returns: the server closed the connection
+    got = [n for _, n in first if n is not None]
+    assert 0 < len(got) < total, "the slow browser should have been cut off"
+    last_id = first[-1][0]
+    again = _read_all_after(base, last_id, total - len(got), app)
+    assert got + again == list(range(total))
+
+
+def _read_all_after(base: str, last_id: str | None, expected: int, app: App) -> list[int]:
+    out: list[int] = []
+    with sse(base, ["firehose"], last_event_id=last_id) as reader:
+        reader.wait_events(expected, 60)
+        time.sleep(0.3)
+        out = [e.data["data"]["n"] for e in reader.events]
+    return out
