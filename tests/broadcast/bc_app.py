@@ -14,7 +14,13 @@ from tidings import App, ShouldQueue
 from tidings.broadcasting import BroadcastMessage, ShouldBroadcast
 from tidings.notifications import Notifiable, Notification
 
-app = App.from_env()
+# In the test process (no TIDINGS_REDIS_URL) a placeholder that never connects: each test
+# makes its own App current; the servers and workers it starts read the environment.
+app = (
+    App.from_env()
+    if os.environ.get("TIDINGS_REDIS_URL")
+    else App(env=False, redis_url="redis://127.0.0.1:9/0", key="placeholder-key-0123456789abcdef")
+)
 app.broadcasting.heartbeat_s = float(os.environ.get("BC_HEARTBEAT_S", "15"))
 app.broadcasting.max_len = int(os.environ.get("BC_MAX_LEN", "1000"))
 app.broadcasting.client_buffer = int(os.environ.get("BC_CLIENT_BUFFER", "1000"))

@@ -133,7 +133,7 @@ def sse(
                     else:
                         name, _, value = line.partition(":")
                         fields[name] = value[1:] if value.startswith(" ") else value
-        except BaseException as exc:  # noqa: BLE001 (reported to the test)
+        except BaseException as exc:
             reader.error = exc
         finally:
             reader.opened.set()

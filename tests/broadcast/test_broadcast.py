@@ -222,8 +222,11 @@ def test_a_token_guards_the_server_and_other_addresses_need_one(
     assert httpx.get(base + "/?channel=news", timeout=5).status_code == 401
     with sse(base, ["news"], params={"token": "s3cret-token-value"}) as ok:
         assert ok.status == 200
-    proc = spawn_proc([NOTIFY_WORKER, "broadcast-server", "-A", "tests.broadcast.open_app:app",
-                       "--host", "0.0.0.0", "--port", "1"], env=env_for(redis_url, prefix))  # fmt: skip
+    proc = spawn_proc(
+        [NOTIFY_WORKER, "broadcast-server", "-A", "tests.broadcast.open_app:app",
+         "--host", "0.0.0.0", "--port", "1"],
+        env=env_for(redis_url, prefix),
+    )  # fmt: skip
     assert proc.wait(30) != 0
     assert "not loopback" in proc.output() and "TIDINGS_BROADCAST_TOKEN" in proc.output()
     assert "s3cret" not in proc.output()
@@ -237,7 +240,6 @@ def test_bad_requests_name_the_fix(redis_url: str, prefix: str, spawn_proc: Spaw
     assert httpx.post(base + "/?channel=a", timeout=5).status_code == 405
 
 
-def _unused(*_: Any) -> None: ...
 
 
 def test_connected_browsers_keep_receiving_after_a_redis_restart(

@@ -23,9 +23,10 @@ def test_mounted_endpoint_serves_subscribers_beside_the_host_app(
     home: str,
 ) -> None:  # fmt: skip
     port = free_port()
+    env = env_for(redis_url, prefix, BC_HEARTBEAT_S="1")
     web = spawn_proc([sys.executable, "-m", "uvicorn", f"tests.broadcast.framework_apps:{target}",
                       "--port", str(port), "--log-level", "warning"],
-                     name=target, env=env_for(redis_url, prefix, BC_HEARTBEAT_S="1"), cwd=ROOT)  # fmt: skip
+                     name=target, env=env, cwd=ROOT)  # fmt: skip
     base = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
