@@ -11,8 +11,9 @@ holding its start position, so a browser that reconnects (``EventSource`` sends
 channels the id is the comma-joined stream ids in the order the channels were asked
 for. When a reconnecting browser's position is older than what a stream still holds, it
 first gets ``event: tidings.gap`` (``data: {"channel": ...}``): some messages are gone
-and the page should reload its state. Idle connections get a comment line every ``heartbeat_s``. A private channel the
-app's callback refuses gets ``403`` with an empty body; nothing else is sent.
+and the page should reload its state. Idle connections get a comment line every
+``heartbeat_s``. A private channel the app's callback refuses gets ``403`` with an empty
+body; nothing else is sent.
 """
 
 from __future__ import annotations
