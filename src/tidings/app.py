@@ -146,6 +146,8 @@ class App:
         self.events = Dispatcher(
             queue_listener=self._queue_listener, queue_listener_async=self._queue_listener_async
         )
+        self._broadcasting: Any = None
+        self._listen_for_broadcasts()
         self.job_middleware: list[Middleware] = []
         self.workflow_hooks = WorkflowHooks(self)
         self.channel_limits: dict[str, Any] = {}  # channel -> RateLimited (rate_limit)
@@ -716,6 +718,24 @@ class App:
     def until(self, event: Any, *args: Any) -> Any:
         """The first non-None listener result."""
         return self.events.until(event, *args)
+
+    # -- broadcasting (tidings.broadcasting) --------------------------------------------
+
+    def _listen_for_broadcasts(self) -> None:
+        """Queue a BroadcastEvent job for every dispatched ShouldBroadcast event."""
+        from tidings.broadcasting.events import BroadcastEvent, ShouldBroadcast
+
+        self.events.listen(ShouldBroadcast, BroadcastEvent)
+
+    @property
+    def broadcasting(self) -> Any:
+        """Broadcast options, private-channel callbacks and publishing
+        (:class:`tidings.broadcasting.Broadcasting`, created on first use)."""
+        if self._broadcasting is None:
+            from tidings.broadcasting.registry import Broadcasting
+
+            self._broadcasting = Broadcasting(self)
+        return self._broadcasting
 
     # -- notifications -----------------------------------------------------------------
 

@@ -219,3 +219,14 @@ def test_progress_from_a_stale_holder_is_refused(rq: RedisQueue) -> None:
     stale = type(res)(res.id, res.queue, res.attempts, res.exceptions, res.envelope, res.token + 1)
     assert run(rq, lambda b: b.progress(k, stale, b'{"done":2}', 60000)) is False
     assert r.get(k.progress(res.id)) == b'{"done":1}'
+
+
+def test_broadcast_publish_twice_adds_one_entry(rq: RedisQueue) -> None:
+    from tidings.broadcasting.publish import publish_args
+
+    keys, args = publish_args(rq.prefix, "news", "msg-1", "posted", b'{"n":1}',
+                              max_len=100, receipt_ttl_s=60)  # fmt: skip
+    first = scripts.BROADCAST_PUBLISH.call(rq.client, keys, args)
+    second = scripts.BROADCAST_PUBLISH.call(rq.client, keys, args)
+    assert first == second
+    assert rq.client.xlen(keys[0]) == 1

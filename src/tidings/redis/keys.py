@@ -186,3 +186,23 @@ def schedule_lease_key(prefix: str) -> str:
 def known_queues_key(prefix: str) -> str:
     """The set of queue names workers have listened on (``monitor`` lists them all)."""
     return f"{prefix}:queues"
+
+
+# -- broadcasting to browsers (tidings.broadcasting) ---------------------------------------
+#
+#   {prefix}:broadcast:{streams}:ch:<channel>          stream of one channel's messages
+#                                                      (fields e: event name, d: JSON data)
+#   {prefix}:broadcast:{streams}:rcpt:<id>:<channel>   stream id a message was added as
+#
+# One hash tag for every channel, so a web process reads all its channels with one
+# XREAD (one slot on Redis Cluster).
+
+
+def broadcast_stream_key(prefix: str, channel: str) -> str:
+    """The stream of broadcast channel ``channel``."""
+    return f"{prefix}:broadcast:{{streams}}:ch:{channel}"
+
+
+def broadcast_receipt_key(prefix: str, message_id: str, channel: str) -> str:
+    """The receipt of message ``message_id`` on ``channel`` (a re-sent publish adds nothing)."""
+    return f"{prefix}:broadcast:{{streams}}:rcpt:{message_id}:{channel}"

@@ -91,3 +91,5 @@ BATCH_ADD = _declare("batch_add")
 BATCH_RECORD = _declare("batch_record")
 BATCH_CANCEL = _declare("batch_cancel")
 BATCH_RETRY = _declare("batch_retry")
+# -- broadcasting to browsers (tidings.broadcasting.publish) ------------------------------
+BROADCAST_PUBLISH = _declare("broadcast_publish")

@@ -120,12 +120,19 @@ def _slack_channel(app: AppHost) -> Any:
     return SlackChannel(app)
 
 
+def _broadcast_channel(app: AppHost) -> Any:
+    from tidings.notifications.channels.broadcast import BroadcastChannel
+
+    return BroadcastChannel(app)
+
+
 BUILTIN: dict[str, Factory] = {
     "mail": MailChannel,
     "sms": SmsChannel,
     "webhook": WebhookChannel,
     "database": _database_channel,
     "slack": _slack_channel,
+    "broadcast": _broadcast_channel,
 }
 
 
@@ -200,6 +207,11 @@ class ChannelManager:
         ):
             url = getattr(value, "url", value)  # a WebhookEndpoint carries its secret too
             check_url(str(url), self.app.settings.webhook_allow_private)
+        elif name == "broadcast":
+            from tidings.broadcasting.messages import check_channel
+
+            for channel in [value] if isinstance(value, str) else list(value):
+                check_channel(channel, "route_notification_for_broadcast()")
 
     async def send(self, name: str, notifiable: Any, notification: Any, delivery_id: str) -> Any:
         """Send on channel ``name``; built-ins get the delivery id too."""
