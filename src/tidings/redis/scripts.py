@@ -91,3 +91,7 @@ BATCH_ADD = _declare("batch_add")
 BATCH_RECORD = _declare("batch_record")
 BATCH_CANCEL = _declare("batch_cancel")
 BATCH_RETRY = _declare("batch_retry")
+# -- notification delivery rules (tidings.notifications.rules): once_per and digests -------
+NOTIFY_ONCE_PER = _declare("notify_once_per")
+DIGEST_ADD = _declare("digest_add")
+DIGEST_CLAIM = _declare("digest_claim")

@@ -320,6 +320,13 @@ class NotificationStore:
         self._secrets = [self._url.password] if self._url.password else []
         self.metadata = sa_.MetaData()
         self.table = notifications_table(self.metadata, table_name, schema)
+        # Preferences (tidings.notifications.rules.preferences) share the MetaData, so
+        # `upgrade` (`notify-worker db upgrade`) creates their table too.
+        from tidings.notifications.rules.preferences import preferences_table
+
+        self.preferences_table = preferences_table(
+            self.metadata, "notification_preferences", schema
+        )
         self._engine_options = engine_options or {}
         self._engine: Any = None
         self._ready = False
