@@ -1,0 +1,120 @@
+"""Notifications and notifiables of the delivery-rules tests (preferences, once_per,
+digests, quiet hours), at module level so a worker resolves them by ``module:QualName``,
+and an App for ``notify-worker -A tests.integration.rules_app:app`` built from
+``TIDINGS_*`` variables on first access."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from tidings import App, ShouldQueue
+from tidings.notifications import MailMessage, Notifiable, Notification, SmsMessage
+
+_app: App | None = None
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        global _app
+        if _app is None:
+            allowed = os.environ.get("TIDINGS_ALLOWED_MODULES") or "tests"
+            _app = App.from_env(allowed_modules=allowed)
+        return _app
+    raise AttributeError(name)
+
+
+@dataclass
+class Member(Notifiable):
+    id: int
+    email: str = ""
+    phone: str = ""
+    timezone: str | None = None
+    quiet_hours: tuple[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        self.email = self.email or f"member{self.id}@example.org"
+        self.phone = self.phone or f"+1555{self.id:07d}"
+
+
+@dataclass
+class Promo(Notification, ShouldQueue):
+    """Mail and SMS; members may opt out."""
+
+    text: str = "sale"
+    tries: ClassVar[int | None] = 2
+    backoff: ClassVar[Any] = 0
+
+    def via(self, notifiable: Any) -> list[str]:
+        return ["mail", "sms"]
+
+    def to_mail(self, notifiable: Any) -> MailMessage:
+        return MailMessage().subject(f"Promo {self.text}").line(self.text)
+
+    def to_sms(self, notifiable: Any) -> SmsMessage:
+        return SmsMessage(f"Promo {self.text}")
+
+
+class Billing(Promo):
+    """Mandatory: opt-outs do not hold it."""
+
+    mandatory: ClassVar[bool] = True
+
+
+class DiskAlert(Promo):
+    """At most once an hour per member and disk."""
+
+    once_per: ClassVar[Any] = timedelta(hours=1)
+
+    def once_per_key(self, notifiable: Any) -> str:
+        return self.text
+
+
+@dataclass
+class Comment(Notification, ShouldQueue):
+    """Mail digested over ``WINDOW_S`` (default layout); SMS not digested."""
+
+    text: str
+    channels: tuple[str, ...] = ("mail",)
+    WINDOW_S: ClassVar[float] = 1.0
+
+    def via(self, notifiable: Any) -> list[str]:
+        return list(self.channels)
+
+    @property
+    def digest(self) -> dict[str, timedelta]:
+        return {"mail": timedelta(seconds=self.WINDOW_S)}
+
+    def to_mail(self, notifiable: Any) -> MailMessage:
+        return MailMessage().subject(f"Comment {self.text}").line(self.text)
+
+    def to_sms(self, notifiable: Any) -> SmsMessage:
+        return SmsMessage(f"Comment {self.text}")
+
+
+@dataclass
+class Reply(Notification, ShouldQueue):
+    """Digested with its own layout: ``to_mail_digest``."""
+
+    text: str
+    digest: ClassVar[Any] = timedelta(seconds=1)
+
+    def via(self, notifiable: Any) -> list[str]:
+        return ["mail"]
+
+    def to_mail(self, notifiable: Any) -> MailMessage:
+        return MailMessage().subject(f"Reply {self.text}")
+
+    def to_mail_digest(self, notifiable: Any, items: list[Reply]) -> MailMessage:
+        message = MailMessage().subject(f"{len(items)} replies for member {notifiable.id}")
+        for item in items:
+            message.line(f"item:{item.text}")
+        return message
+
+
+class SlowReply(Reply):
+    """A longer window, for the kill test (the worker must be up before it ends)."""
+
+    digest: ClassVar[Any] = timedelta(seconds=3)
