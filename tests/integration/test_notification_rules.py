@@ -93,7 +93,8 @@ def test_opt_outs_in_the_table_queue_no_job_and_mandatory_ignores_them(
     )
     assert sorted(sms_to(servers)) == [f"+1555{i:07d}" for i in (1, 2, 3)]  # Billing only
 
-    assert [(p.notification_type, p.channel, p.enabled) for p in bob.notification_preferences()] == [
+    rows = bob.notification_preferences()
+    assert [(p.notification_type, p.channel, p.enabled) for p in rows] == [
         ("*", "*", False), ("tests.integration.rules_app.Promo", "mail", True),
     ]  # fmt: skip
     assert ann.wants_notification(m.Promo(), "mail") and not ann.wants_notification(
