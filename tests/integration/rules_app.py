@@ -5,7 +5,12 @@ and an App for ``notify-worker -A tests.integration.rules_app:app`` built from
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -22,6 +27,7 @@ def __getattr__(name: str) -> Any:
         if _app is None:
             allowed = os.environ.get("TIDINGS_ALLOWED_MODULES") or "tests"
             _app = App.from_env(allowed_modules=allowed)
+            _app.extend_channel("ledger", LedgerChannel)
         return _app
     raise AttributeError(name)
 
@@ -118,3 +124,55 @@ class SlowReply(Reply):
     """A longer window, for the kill test (the worker must be up before it ends)."""
 
     digest: ClassVar[Any] = timedelta(seconds=3)
+
+
+class LedgerChannel:
+    """A custom channel that "delivers" by appending a line to the file named by
+    ``TIDINGS_TEST_LEDGER`` (fsynced). When ``TIDINGS_TEST_KILL_MARKER`` names a file that
+    does not exist yet, it creates it and SIGKILLs its own process right after the first
+    delivery: delivered, but the digest's claimed list not yet deleted."""
+
+    async def send(self, notifiable: Any, notification: Any, delivery_id: str) -> str:
+        items = notification.to_ledger(notifiable)
+        path = os.environ["TIDINGS_TEST_LEDGER"]
+        with open(path, "a") as f:
+            f.write(json.dumps({"id": delivery_id, "items": items}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        marker = os.environ.get("TIDINGS_TEST_KILL_MARKER")
+        if marker and not Path(marker).exists():
+            Path(marker).write_text("killed")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return "ok"
+
+
+@contextlib.contextmanager
+def ledger_env(ledger: Path, marker: Path | None) -> Iterator[None]:
+    """Point an in-process worker's LedgerChannel at ``ledger``."""
+    saved = {k: os.environ.get(k) for k in ("TIDINGS_TEST_LEDGER", "TIDINGS_TEST_KILL_MARKER")}
+    os.environ["TIDINGS_TEST_LEDGER"] = str(ledger)
+    os.environ.pop("TIDINGS_TEST_KILL_MARKER", None)
+    if marker is not None:
+        os.environ["TIDINGS_TEST_KILL_MARKER"] = str(marker)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@dataclass
+class Tally(Notification, ShouldQueue):
+    """Digested on the ledger channel; ``to_ledger_digest`` lists the items' texts."""
+
+    text: str
+    digest: ClassVar[Any] = timedelta(seconds=1)
+
+    def via(self, notifiable: Any) -> list[str]:
+        return ["ledger"]
+
+    def to_ledger_digest(self, notifiable: Any, items: list[Tally]) -> list[str]:
+        return [i.text for i in items]
