@@ -10,9 +10,9 @@ import json
 import os
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, ClassVar
 
 from tidings import App, ShouldQueue

@@ -101,7 +101,7 @@ def test_sigkill_mid_digest_send_loses_nothing_and_splits_nothing(
             seen = collections.Counter(i for copies in by_id.values() for i in copies[0])
             assert sorted(seen) == sorted(sent)
             assert set(seen.values()) == {1}
-            assert recorder.data_started == len(smtp.messages) + 1  # the killed send, re-sent
+            assert recorder.data_started > len(smtp.messages)  # the killed sends, re-sent
             # Each digest holds one member's items, oldest first.
             for copies in by_id.values():
                 owners = {i.split("-")[0] for i in copies[0]}
