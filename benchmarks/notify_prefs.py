@@ -85,6 +85,17 @@ class Comment(Notification, ShouldQueue):
 
 
 @dataclass
+class Plain(Notification, ShouldQueue):
+    n: int
+
+    def via(self, notifiable: Any) -> list[str]:
+        return ["mail"]
+
+    def to_mail(self, notifiable: Any) -> MailMessage:
+        return MailMessage().subject(f"Plain {self.n}")
+
+
+@dataclass
 class Promo(Notification, ShouldQueue):
     text: str = "sale"
 
@@ -167,6 +178,20 @@ def bench_digest(redis_url: str, recipients: int, items: int, window_s: float) -
                   f"(must be {items:,})")  # fmt: skip
             print(f"last window end -> last digest delivered: {last - last_end:.2f} s")
             print(f"first window end -> last digest delivered: {last - first_end:.2f} s")
+
+            # Baseline, same worker options and SMTP server: one plain mail per recipient
+            # (no digest), timed from the worker's start to the last mail received.
+            for member in members:
+                member.notify(Plain(member.id))
+            recorder.arrived.clear()
+            t_start = time.time()
+            code = asyncio.run(Worker(app, opts).run())
+            if code != 0:
+                raise RuntimeError(f"worker exited {code}")
+            plain_s = max(recorder.arrived) - t_start
+            print(f"baseline, {recipients:,} plain mails (no digest), worker start -> last "
+                  f"delivered: {plain_s:.2f} s ({recipients / plain_s:,.0f} mails/s); digests: "
+                  f"{recipients / (last - first_end):,.0f} digests/s")  # fmt: skip
         finally:
             _wipe(redis_url, "benchdigest")
             app.close()

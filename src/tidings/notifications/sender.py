@@ -139,15 +139,10 @@ class NotificationSender:
         return ids
 
     def _announce_plan(self, plan: Plan) -> None:
-        """Announce what the rules decided (sync listeners now; async ones on a loop)."""
-        events = self.app.events
+        """Announce what the rules decided (``app.emit``: a raising listener is logged;
+        async listeners run on the running loop, if any)."""
         for event in plan.events:
-            if not events.has_listeners(type(event)):
-                continue
-            try:
-                events.dispatch(event)
-            except Exception:
-                log.exception("a %s listener raised", type(event).__name__)
+            self.app.emit(event)
 
     async def _deliver_sends(self, sends: Sequence[Send], notification: Notification) -> None:
         nid = uuid.uuid4().hex
