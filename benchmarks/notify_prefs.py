@@ -14,7 +14,9 @@
    preferences off, and with ``preferences.use_database()`` on SQLite and PostgreSQL
    (each recipient has one stored opt-out row, so the lookup finds something), one
    recipient per call and 100 per call; rounds interleaved (the order rotates each
-   round). Printed: median µs per notify() (and per recipient), min-max spread, ratio to off.
+   round), and the same with ``use_database(cache_s=30)`` (``+cache``: warm after the
+   first round). Printed: median µs per notify() (and per recipient), min-max spread,
+   ratio to off.
 
 Redis: a throwaway server (benchmarks/_redis.py). PostgreSQL as in bench_database.py
 (``TIDINGS_BENCH_POSTGRES_URL``, else a private cluster). Nothing is asserted.
@@ -213,9 +215,11 @@ def notify_us(app: App, members: list[Member], per_call: int, calls: int) -> flo
 def bench_preferences(redis_url: str, urls: dict[str, str], n: int, rounds: int) -> None:
     members = [Member(i) for i in range(1000)]
     apps: dict[str, App] = {"off": make_app(redis_url, "benchprefs-off")}
-    for name, url in urls.items():
+    variants = [(name, url, 0.0) for name, url in urls.items()]
+    variants += [(f"{name}+cache", url, 30.0) for name, url in urls.items()]
+    for name, url, cache_s in variants:
         app = make_app(redis_url, f"benchprefs-{name}", database_url=url)
-        app.notifications.preferences.use_database()
+        app.notifications.preferences.use_database(cache_s=cache_s)
         app.database.upgrade()
         with app.database.engine.begin() as conn:
             conn.execute(app.database.preferences_table.delete())
@@ -240,7 +244,7 @@ def bench_preferences(redis_url: str, urls: dict[str, str], n: int, rounds: int)
         for name, values in got.items():
             med = statistics.median(values)
             spread = f"{min(values):,.0f}-{max(values):,.0f}"
-            print(f"  {name:<11} {med:>9,.0f} µs/call  ({med / per_call:>7,.0f} µs/recipient)"
+            print(f"  {name:<17} {med:>9,.0f} µs/call  ({med / per_call:>7,.0f} µs/recipient)"
                   f"  spread {spread}  ratio {med / base:.2f}x")  # fmt: skip
     for app in apps.values():
         app.close()

@@ -294,3 +294,32 @@ def test_quiet_hours_delay_the_sms_to_the_window_end_and_not_the_mail(
     day = m.Member(2, timezone="Asia/Tokyo", quiet_hours=(end.strftime("%H:%M"),
                    (end + timedelta(hours=1)).strftime("%H:%M")))  # fmt: skip
     assert [app.job_status(i) for i in day.notify(m.Promo("day"))] == ["pending", "pending"]
+
+
+def test_a_preference_cache_sees_local_changes_at_once_and_others_after_cache_s(
+    servers: Servers, app_factory: AppFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tidings.notifications.channels.database import NotificationStore
+    from tidings.notifications.rules import preferences as prefs_module
+    from tidings.notifications.rules.preferences import PreferenceStore
+
+    url = f"sqlite:///{tmp_path / 'cached.sqlite3'}"
+    app = app_factory(servers, database_url=url)
+    app.make_current()
+    app.notifications.preferences.use_database(cache_s=30)
+    ann = m.Member(1)
+    assert len(ann.notify(m.Promo())) == 2  # read and cached: no rows
+    other = NotificationStore(url)  # "another process" opts ann out of SMS
+    try:
+        PreferenceStore(other).set(
+            "tests.integration.rules_app.Member", "1", "tests.integration.rules_app.Promo",
+            "sms", False,
+        )  # fmt: skip
+    finally:
+        other.close()
+    assert len(ann.notify(m.Promo())) == 2  # not seen yet: the cache holds
+    clock = time.monotonic() + 31
+    monkeypatch.setattr(prefs_module.time, "monotonic", lambda: clock)
+    assert len(ann.notify(m.Promo())) == 1  # seen once cache_s passed
+    ann.opt_out(m.Promo, "mail")  # a change made here: seen at once
+    assert ann.notify(m.Promo()) == []

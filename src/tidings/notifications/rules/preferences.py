@@ -26,6 +26,7 @@ to the table when the table is in use too (else enabled).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -122,6 +123,7 @@ class PreferenceStore:
 
     def __init__(self, store: NotificationStore) -> None:
         self.store = store
+        self._statement: Any = None
 
     @property
     def table(self) -> sa.Table:
@@ -210,32 +212,43 @@ class PreferenceStore:
             for r in rows
         ]
 
+    def _lookup_statement(self) -> Any:
+        # Built once per store: building a SELECT costs about as much as running it.
+        stmt = self._statement
+        if stmt is None:
+            import sqlalchemy as sa_
+
+            t = self.table
+            cols = [t.c.notifiable_type, t.c.notifiable_id, t.c.notification_type,
+                    t.c.channel, t.c.enabled]  # fmt: skip
+            stmt = self._statement = sa_.select(*cols).where(
+                (t.c.notifiable_type == sa_.bindparam("nt"))
+                & t.c.notifiable_id.in_(sa_.bindparam("ids", expanding=True))
+                & t.c.notification_type.in_(sa_.bindparam("types", expanding=True))
+            )
+        return stmt
+
     def lookup(
         self, keys: Sequence[tuple[str, str]], notification_type: str
     ) -> dict[tuple[str, str], dict[tuple[str, str], bool]]:
         """The rows of ``notification_type`` (and ``*``) of many notifiables, in one
-        query per notifiable type: ``{(ntype, nid): {(type, channel): enabled}}``."""
-        import sqlalchemy as sa_
-
+        query per notifiable type (500 ids a query):
+        ``{(ntype, nid): {(type, channel): enabled}}``."""
         out: dict[tuple[str, str], dict[tuple[str, str], bool]] = {k: {} for k in keys}
         if not keys:
             return out
         self.store._ensure()
-        t = self.table
+        stmt = self._lookup_statement()
         by_type: dict[str, list[str]] = {}
         for ntype, nid in keys:
             by_type.setdefault(ntype, []).append(nid)
-        cols = [t.c.notifiable_type, t.c.notifiable_id, t.c.notification_type, t.c.channel,
-                t.c.enabled]  # fmt: skip
+        types = [notification_type, ANY]
         with self.store.engine.connect() as conn:
             for ntype, ids in by_type.items():
-                for start in range(0, len(ids), 500):
-                    cond = (
-                        (t.c.notifiable_type == ntype)
-                        & t.c.notifiable_id.in_(sorted(set(ids[start : start + 500])))
-                        & t.c.notification_type.in_([notification_type, ANY])
-                    )
-                    for r in conn.execute(sa_.select(*cols).where(cond)):
+                unique = sorted(set(ids))
+                for start in range(0, len(unique), 500):
+                    params = {"nt": ntype, "ids": unique[start : start + 500], "types": types}
+                    for r in conn.execute(stmt, params):
                         out.setdefault((r[0], r[1]), {})[(r[2], r[3])] = bool(r[4])
         return out
 
@@ -248,16 +261,32 @@ class Preferences:
         self.app = app
         self.callback: PreferenceCallback | None = None
         self.database = False
+        self.cache_s = 0.0
+        self._cache: dict[tuple[str, str, str], tuple[float, dict[tuple[str, str], bool]]] = {}
+        self._store: PreferenceStore | None = None
 
     @property
     def enabled(self) -> bool:
         """Whether any source is in use."""
         return self.database or self.callback is not None
 
-    def use_database(self) -> Preferences:
-        """Read preferences from the ``notification_preferences`` table."""
+    def use_database(self, *, cache_s: float = 0.0) -> Preferences:
+        """Read preferences from the ``notification_preferences`` table.
+
+        Args:
+            cache_s: keep what was read for this many seconds in this process (0: read
+                on every ``notify()``). A change made in another process is seen after
+                at most ``cache_s``; one made here (``opt_out()``...) at once.
+        """
         self.database = True
+        self.cache_s = max(0.0, float(cache_s))
+        self._cache.clear()
         return self
+
+    def invalidate(self, notifiable_type: str, notifiable_id: str) -> None:
+        """Forget what the cache holds of one notifiable."""
+        for key in [k for k in self._cache if k[:2] == (notifiable_type, notifiable_id)]:
+            self._cache.pop(key, None)
 
     def use(self, callback: PreferenceCallback) -> Preferences:
         """Ask ``callback(notifiable, notification, channel)``: True (send), False (opted
@@ -277,7 +306,33 @@ class Preferences:
     @property
     def store(self) -> PreferenceStore:
         """The table of the App's database (``TIDINGS_DATABASE_URL``)."""
-        return PreferenceStore(self.app.database)
+        database = self.app.database
+        if self._store is None or self._store.store is not database:
+            self._store = PreferenceStore(database)
+        return self._store
+
+    def _rows(
+        self, keys: list[tuple[str, str]], ntype: str
+    ) -> dict[tuple[str, str], dict[tuple[str, str], bool]]:
+        if self.cache_s <= 0:
+            return self.store.lookup(keys, ntype)
+        now = time.monotonic()
+        found: dict[tuple[str, str], dict[tuple[str, str], bool]] = {}
+        missing = []
+        for key in keys:
+            hit = self._cache.get((*key, ntype))
+            if hit is not None and hit[0] > now:
+                found[key] = hit[1]
+            else:
+                missing.append(key)
+        if missing:
+            fresh = self.store.lookup(missing, ntype)
+            if len(self._cache) > 100_000:
+                self._cache.clear()
+            for key, rows in fresh.items():
+                self._cache[(*key, ntype)] = (now + self.cache_s, rows)
+                found[key] = rows
+        return found
 
     # -- deciding ------------------------------------------------------------------------
 
@@ -297,7 +352,7 @@ class Preferences:
                     keys.append(notifiable_key(n, notification))
                 except Exception:  # no id (an on-demand route): no stored preferences
                     keys.append(None)
-            found = self.store.lookup([k for k in keys if k is not None], ntype)
+            found = self._rows([k for k in keys if k is not None], ntype)
             rows = [found.get(k, {}) if k is not None else {} for k in keys]
         callback = self.callback
 
@@ -317,7 +372,17 @@ def _store_and_key(notifiable: Any) -> tuple[PreferenceStore, str, str]:
 
     app = _current.current()
     kind, ident = notifiable_key(notifiable)
+    prefs = getattr(app.notifications, "preferences", None)
+    if isinstance(prefs, Preferences):
+        return prefs.store, kind, ident
     return PreferenceStore(app.database), kind, ident
+
+
+def _changed(kind: str, ident: str) -> None:
+    """A change made in this process is seen at once, whatever ``cache_s``."""
+    prefs = getattr(_current.current().notifications, "preferences", None)
+    if isinstance(prefs, Preferences):
+        prefs.invalidate(kind, ident)
 
 
 def _names(notification: Any, channels: str | Iterable[str]) -> tuple[str, list[str]]:
@@ -336,6 +401,7 @@ class HasNotificationPreferences:
         ntype, names = _names(notification, channels)
         for channel in names:
             store.set(kind, ident, ntype, channel, False)
+        _changed(kind, ident)
 
     def opt_in(self, notification: Any = None, channels: str | Iterable[str] = ANY) -> None:
         """Allow ``notification`` on ``channels`` again (overrides a wider opt-out)."""
@@ -343,12 +409,15 @@ class HasNotificationPreferences:
         ntype, names = _names(notification, channels)
         for channel in names:
             store.set(kind, ident, ntype, channel, True)
+        _changed(kind, ident)
 
     def forget_preferences(self, notification: Any = None, channel: str | None = None) -> int:
         """Delete stored preferences (all, or of one type and/or channel)."""
         store, kind, ident = _store_and_key(self)
         ntype = None if notification is None else type_name(notification)
-        return store.forget(kind, ident, ntype, channel)
+        count = store.forget(kind, ident, ntype, channel)
+        _changed(kind, ident)
+        return count
 
     def notification_preferences(self) -> list[Preference]:
         """The stored preferences of this notifiable."""
