@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from tests.integration import rules_app as m
-from tests.integration.database_support import pg_url, postgres_db
+from tests.integration.database_support import mariadb_admin, mariadb_url, pg_url, postgres_db
 from tests.integration.notify_support import KEY, Servers, form, parse, parts, work
 from tidings import App
 from tidings.cli.main import main
@@ -36,17 +36,19 @@ from tidings.notifications.rules.digests import SEEN_KEEP_MS
 from tidings.redis import scripts
 from tidings.redis.keys import digest_base
 
-__all__ = ["pg_url", "postgres_db"]
+__all__ = ["mariadb_admin", "mariadb_url", "pg_url", "postgres_db"]
 
 AppFactory = Callable[..., App]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
 def prefs_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'prefs.sqlite3'}"
-    else:
+    elif request.param == "postgresql":
         yield request.getfixturevalue("pg_url")
+    else:
+        yield request.getfixturevalue("mariadb_url")
 
 
 def queued(app: App) -> int:

@@ -404,9 +404,11 @@ class NotificationStore:
             try:
                 self.metadata.create_all(engine, checkfirst=True)
             except sa_.exc.DatabaseError:
-                # Another process created it between the check and the CREATE.
-                if not sa_.inspect(engine).has_table(self.table.name, schema=self.table.schema):
-                    raise
+                # Another process created them between the check and the CREATE.
+                inspector = sa_.inspect(engine)
+                for table in self.metadata.sorted_tables:
+                    if not inspector.has_table(table.name, schema=table.schema):
+                        raise
             self._ready = True
             return not existed
 

@@ -69,9 +69,11 @@ def preferences_table(
     table: sa.Table = sa_.Table(
         name,
         metadata,
-        sa_.Column("notifiable_type", sa_.String(255), primary_key=True),
+        # The primary key is 701 characters: 2,804 bytes in utf8mb4, under InnoDB's
+        # 3,072-byte key limit (MySQL/MariaDB).
+        sa_.Column("notifiable_type", sa_.String(191), primary_key=True),
         sa_.Column("notifiable_id", sa_.String(255), primary_key=True),
-        sa_.Column("notification_type", sa_.String(255), primary_key=True),
+        sa_.Column("notification_type", sa_.String(191), primary_key=True),
         sa_.Column("channel", sa_.String(64), primary_key=True),
         sa_.Column("enabled", sa_.Boolean, nullable=False),
         sa_.Column("updated_at", stamp, nullable=False),
