@@ -255,13 +255,15 @@ def test_a_resent_append_is_not_added_twice_and_a_rerun_claim_resends_or_finds_n
     assert 0 < int(rq.client.pttl(f"{base}:seen")) <= SEEN_KEEP_MS
     claimed = f"{base}:claimed:{first.window_id}"
     keys, args = [base, f"{base}:window", claimed], [first.window_id, 60_000]
-    assert scripts.DIGEST_CLAIM.call(rq.client, keys, args) == 1
-    assert scripts.DIGEST_CLAIM.call(rq.client, keys, args) == 1  # a re-run: same list
+    got = scripts.DIGEST_CLAIM.call(rq.client, keys, args)
+    assert [digests.decode_item(app, digests.digest_name(ann, m.Reply("x"), "mail"), r)[0]
+            for r in got] == ["item-1", "item-2"]  # fmt: skip
+    assert scripts.DIGEST_CLAIM.call(rq.client, keys, args) == got  # a re-run: the same
     assert rq.client.llen(claimed) == 2 and not rq.client.exists(base, f"{base}:window")
     late = digests.add(app, ann, m.Reply("z"), "mail", 60.0, "item-3")  # a new window
     assert late.opened and late.window_id != first.window_id
     rq.client.delete(claimed)  # delivered
-    assert scripts.DIGEST_CLAIM.call(rq.client, keys, args) == 0  # nothing to send again
+    assert scripts.DIGEST_CLAIM.call(rq.client, keys, args) == []  # nothing to send again
     assert rq.client.llen(base) == 1  # the new window's item is untouched
 
 

@@ -19,7 +19,7 @@ How it holds under faults (every step is one Lua script, safe to run twice):
    window, and a window in exactly one claimed list.
 3. The job sends one message built from the whole claimed list, then deletes it. A
    worker killed in between leaves the claimed list; the job's lease runs out, another
-   worker runs it again, the claim answers "already claimed", and the whole digest is
+   worker runs it again, the claim hands back the same claimed list, and the whole digest is
    sent again (never a part of it). The message carries the window id as its delivery
    id (the Message-ID of a mail), so a receiver can recognise the repeat.
 
@@ -334,10 +334,9 @@ class SendDigest(Job):
         base = digest_base(rq.prefix, self.digest_queue, self.name)
         claimed = f"{base}:claimed:{self.window_id}"
         keys = [base, f"{base}:window", claimed]
-        got = await scripts.DIGEST_CLAIM.acall(client, keys, [self.window_id, CLAIMED_KEEP_MS])
-        if not int(got):
+        records = await scripts.DIGEST_CLAIM.acall(client, keys, [self.window_id, CLAIMED_KEEP_MS])
+        if not records:
             return None  # delivered by an earlier run
-        records = await client.lrange(claimed, 0, -1)
         items: list[Any] = []
         for record in records:
             try:
