@@ -38,7 +38,7 @@ class Member(Notifiable):
     email: str = ""
     phone: str = ""
     timezone: str | None = None
-    quiet_hours: tuple[str, str] | None = None
+    quiet_hours: tuple[Any, Any] | None = None
 
     def __post_init__(self) -> None:
         self.email = self.email or f"member{self.id}@example.org"
@@ -176,3 +176,17 @@ class Tally(Notification, ShouldQueue):
 
     def to_ledger_digest(self, notifiable: Any, items: list[Tally]) -> list[str]:
         return [i.text for i in items]
+
+
+@dataclass
+class Buzz(Notification, ShouldQueue):
+    """SMS digested over 1 s (the default SMS layout); SMS is interruptive."""
+
+    text: str
+    digest: ClassVar[Any] = {"sms": timedelta(seconds=1)}
+
+    def via(self, notifiable: Any) -> list[str]:
+        return ["sms"]
+
+    def to_sms(self, notifiable: Any) -> SmsMessage:
+        return SmsMessage(f"Buzz {self.text}")

@@ -327,3 +327,42 @@ def test_a_preference_cache_sees_local_changes_at_once_and_others_after_cache_s(
     assert len(ann.notify(m.Promo())) == 1  # seen once cache_s passed
     ann.opt_out(m.Promo, "mail")  # a change made here: seen at once
     assert ann.notify(m.Promo()) == []
+
+
+def test_an_sms_digest_inside_quiet_hours_waits_with_its_window_open(
+    servers: Servers, app_factory: AppFactory
+) -> None:
+    """The flush comes due inside quiet hours: it puts itself back until they end without
+    claiming, items sent meanwhile join the same window, and one SMS carries them all."""
+    import threading
+    from zoneinfo import ZoneInfo
+
+    from tidings.observability.lifecycle import JobReleased
+
+    app = app_factory(servers)
+    app.make_current()
+    zone = ZoneInfo("America/Sao_Paulo")
+    local = datetime.now(UTC).astimezone(zone)
+    end = (local + timedelta(seconds=15)).time().replace(microsecond=0)
+    start = (local - timedelta(hours=1)).time().replace(microsecond=0)
+    night = m.Member(1, timezone="America/Sao_Paulo", quiet_hours=(start, end))
+    quiet_end = datetime.combine(local.date(), end, tzinfo=zone).astimezone(UTC)
+    if quiet_end < datetime.now(UTC):  # the end fell after local midnight
+        quiet_end += timedelta(days=1)
+    released = threading.Event()
+    app.listen(JobReleased, lambda e: released.set())
+    night.notify(m.Buzz("one"))
+    runner = threading.Thread(target=work, args=(app,), kwargs={"timeout_s": 60.0})
+    runner.start()
+    try:
+        assert released.wait(30), "the flush did not put itself back"
+        assert servers.sms.stamped == []
+        night.notify(m.Buzz("two"))  # the window is still open: no second flush
+        night.notify(m.Buzz("three"))
+    finally:
+        runner.join(90)
+    assert not runner.is_alive()
+    [hit] = servers.sms.stamped
+    assert form(hit.hit)["Body"] == "3 new: Buzz one | Buzz two | Buzz three"
+    arrived = datetime.now(UTC) - timedelta(seconds=time.monotonic() - hit.at)
+    assert arrived >= quiet_end - timedelta(seconds=1)

@@ -17,6 +17,8 @@ How it holds under faults (every step is one Lua script, safe to run twice):
    RENAMEd to ``…:claimed:<window id>`` and the window closes (the next item opens a new
    window with a new flush job), all in one step. An item is therefore in exactly one
    window, and a window in exactly one claimed list.
+   A flush of an interruptive channel (SMS) inside the notifiable's quiet hours does
+   not claim: it puts itself back until they end, and the window keeps collecting.
 3. The job sends one message built from the whole claimed list, then deletes it. A
    worker killed in between leaves the claimed list; the job's lease runs out, another
    worker runs it again, the claim hands back the same claimed list, and the whole digest is
@@ -33,7 +35,7 @@ import hashlib
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -184,9 +186,13 @@ def _prepare(
     rq = app.queue_for(connection)
     base = digest_base(rq.prefix, queue, name)
     window_id = uuid.uuid4().hex
+    from tidings.notifications.rules.quiet_hours import interruptive_channels
+
+    loud = channel in interruptive_channels(notification, notifiable)
     job = SendDigest(
-        notifiable, channel, name, queue, connection, window_id, type(notification).__qualname__
-    )
+        notifiable, channel, name, queue, connection, window_id,
+        type(notification).__qualname__, loud,
+    )  # fmt: skip
     envelope = seal(build_body(job, window_id), app.signer, max_bytes=app.max_payload_bytes,
                     queue=queue)  # fmt: skip
     app.note_queue(queue)
@@ -308,6 +314,9 @@ class SendDigest(Job):
     digest_connection: str | None
     window_id: str
     notification_name: str
+    interruptive: bool = False
+    """Quiet hours hold this channel: a flush inside them waits for their end, the
+    window still open (items keep joining it)."""
 
     def option_defaults(self) -> dict[str, Any]:
         """The App's retry defaults for notifications (as SendQueuedNotification)."""
@@ -329,6 +338,15 @@ class SendDigest(Job):
         from tidings.notifications.queued import is_transient
 
         app = _current.current()
+        if self.interruptive:
+            from tidings.notifications.rules.quiet_hours import quiet_until
+
+            now = datetime.now(UTC)
+            until = quiet_until(self.notifiable, now)
+            if until is not None:  # not claimed: the window stays open until then
+                self.release(max(1.0, (until - now).total_seconds()))
+                log.info("%s held by quiet hours until %s", self.display_name(), until)
+                return None
         rq = app.queue_for(self.digest_connection)
         client = rq.aclient()
         base = digest_base(rq.prefix, self.digest_queue, self.name)
