@@ -15,7 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tidings import App, ShouldQueue
+from tidings import App, ShouldBeEncrypted, ShouldQueue
 from tidings.notifications import MailMessage, Notifiable, Notification, SmsMessage
 
 _app: App | None = None
@@ -190,3 +190,7 @@ class Buzz(Notification, ShouldQueue):
 
     def to_sms(self, notifiable: Any) -> SmsMessage:
         return SmsMessage(f"Buzz {self.text}")
+
+
+class SecretReply(Reply, ShouldBeEncrypted):
+    """Stored encrypted in its digest list."""

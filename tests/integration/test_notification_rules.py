@@ -366,3 +366,20 @@ def test_an_sms_digest_inside_quiet_hours_waits_with_its_window_open(
     assert form(hit.hit)["Body"] == "3 new: Buzz one | Buzz two | Buzz three"
     arrived = datetime.now(UTC) - timedelta(seconds=time.monotonic() - hit.at)
     assert arrived >= quiet_end - timedelta(seconds=1)
+
+
+def test_an_encrypted_notification_is_stored_encrypted_in_its_digest(
+    servers: Servers, app_factory: AppFactory
+) -> None:
+    app = app_factory(servers)
+    app.make_current()
+    ann = m.Member(1)
+    ann.notify(m.SecretReply("s3cret-diagnosis"))
+    rq = app.queue_for(None)
+    name = digests.digest_name(ann, m.SecretReply("x"), "mail")
+    [record] = rq.client.lrange(digest_base(rq.prefix, "default", name), 0, -1)
+    assert b"s3cret-diagnosis" not in record
+    assert digests.decode_item(app, name, record)[1].text == "s3cret-diagnosis"
+    work(app)
+    [msg] = servers.smtp.messages
+    assert "item:s3cret-diagnosis" in parts(parse(msg))["text/plain"]

@@ -50,6 +50,7 @@ from tidings.notifications.rules.preferences import type_name
 from tidings.redis import scripts
 from tidings.redis.keys import digest_base
 from tidings.wire import serializer
+from tidings.wire.encryption import is_encrypted, open_data, seal_data
 from tidings.wire.envelope import seal
 
 log = logging.getLogger("tidings.notifications")
@@ -140,11 +141,17 @@ def _context(name: str) -> bytes:
     return f"digest:{name}".encode()
 
 
+def _aad_path(name: str) -> str:
+    return f"digest:{name}"
+
+
 def encode_item(app: Any, name: str, item_id: str, notification: Any) -> bytes:
-    """The stored record of one item: signed (the app's key, bound to the digest)."""
-    raw = orjson.dumps(
-        {"i": item_id, "t": _clock.now(), "n": serializer.encode(notification, path="notification")}
-    )
+    """The stored record of one item: signed (the app's key, bound to the digest), and
+    encrypted like a job's payload when the notification is ``ShouldBeEncrypted`` (or
+    ``TIDINGS_ENCRYPT`` is on)."""
+    data = serializer.encode(notification, path="notification")
+    data = seal_data(data, notification, item_id, _aad_path(name))
+    raw = orjson.dumps({"i": item_id, "t": _clock.now(), "n": data})
     signature: str = app.signer.sign(raw, _context(name))
     return signature.encode() + b"|" + raw
 
@@ -159,7 +166,10 @@ def decode_item(app: Any, name: str, record: bytes) -> tuple[str, Any]:
     if not app.signer.verify(raw, signature, _context(name)):
         raise PayloadRejected("bad signature on a digest item")
     doc = orjson.loads(raw)
-    return str(doc["i"]), serializer.decode(doc["n"], app.resolve_class)
+    data = doc["n"]
+    if is_encrypted(data):
+        data = open_data({"data": data, "uuid": doc["i"], "job": _aad_path(name)}, app)
+    return str(doc["i"]), serializer.decode(data, app.resolve_class)
 
 
 @dataclass(slots=True)
