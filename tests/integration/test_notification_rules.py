@@ -152,6 +152,7 @@ def test_a_callback_decides_and_none_falls_back_to_sending(
 # -- throttling ---------------------------------------------------------------------------------
 
 
+@pytest.mark.topologies
 def test_once_per_drops_repeats_per_key_and_a_resent_command_still_passes(
     servers: Servers, app_factory: AppFactory
 ) -> None:
@@ -237,6 +238,7 @@ def test_digest_sends_one_mail_per_notifiable_with_every_item_oldest_first(
     }
 
 
+@pytest.mark.topologies
 def test_a_resent_append_is_not_added_twice_and_a_rerun_claim_resends_or_finds_nothing(
     app_factory: AppFactory,
 ) -> None:
