@@ -194,3 +194,19 @@ class Buzz(Notification, ShouldQueue):
 
 class SecretReply(Reply, ShouldBeEncrypted):
     """Stored encrypted in its digest list."""
+
+
+@dataclass
+class Heads(Notification):
+    """Not queued: sent at once by notify(), except what quiet hours hold."""
+
+    text: str
+
+    def via(self, notifiable: Any) -> list[str]:
+        return ["mail", "sms"]
+
+    def to_mail(self, notifiable: Any) -> MailMessage:
+        return MailMessage().subject(f"Heads {self.text}")
+
+    def to_sms(self, notifiable: Any) -> SmsMessage:
+        return SmsMessage(f"Heads {self.text}")

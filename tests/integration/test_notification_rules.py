@@ -385,3 +385,45 @@ def test_an_encrypted_notification_is_stored_encrypted_in_its_digest(
     work(app)
     [msg] = servers.smtp.messages
     assert "item:s3cret-diagnosis" in parts(parse(msg))["text/plain"]
+
+
+def test_notify_async_applies_the_rules_in_a_thread(
+    servers: Servers, app_factory: AppFactory, tmp_path: Path
+) -> None:
+    import asyncio
+
+    app = app_factory(servers, database_url=f"sqlite:///{tmp_path / 'async.sqlite3'}")
+    app.make_current()
+    app.notifications.preferences.use_database()
+    ann = m.Member(1)
+    ann.opt_out(m.Promo, "sms")
+    skipped: list[NotificationSkipped] = []
+    app.listen(NotificationSkipped, skipped.append)
+
+    async def main() -> tuple[list[str], list[str], list[str]]:
+        a = await ann.notify_async(m.Promo("x"))
+        b = await ann.notify_async(m.DiskAlert("sda"))
+        c = await ann.notify_async(m.DiskAlert("sda"))
+        return a, b, c
+
+    a, b, c = asyncio.run(main())
+    # Preferences are per type: a subclass (DiskAlert) has its own type name.
+    assert (len(a), len(b), c) == (1, 2, [])
+    assert [(e.channel, e.reason) for e in skipped] == [("sms", "opted_out"), ("*", "throttled")]
+
+
+def test_a_notification_that_is_not_queued_sends_now_and_queues_only_what_quiet_hours_hold(
+    servers: Servers, app_factory: AppFactory
+) -> None:
+    from zoneinfo import ZoneInfo
+
+    app = app_factory(servers)
+    app.make_current()
+    local = datetime.now(UTC).astimezone(ZoneInfo("Australia/Sydney"))
+    window = ((local - timedelta(hours=1)).strftime("%H:%M"),
+              (local + timedelta(hours=2)).strftime("%H:%M"))  # fmt: skip
+    night = m.Member(1, timezone="Australia/Sydney", quiet_hours=window)
+    [sms_job] = night.notify(m.Heads("now"))
+    assert [parse(x)["Subject"] for x in servers.smtp.messages] == ["Heads now"]  # sent now
+    assert servers.sms.stamped == []
+    assert app.job_status(sms_job) == "delayed"
