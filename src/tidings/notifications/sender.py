@@ -99,23 +99,26 @@ class NotificationSender:
     def send(self, notifiables: Any, notification: Notification) -> list[str]:
         """Queue (ShouldQueue) or send now; returns the queued job ids. A channel held by
         quiet hours is queued with a delay even when the notification is not queued."""
+        queued = isinstance(notification, ShouldQueue)
+        if not queued:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:  # before anything is decided, stored or pushed
+                raise RuntimeError(
+                    "notify() of a notification that is not queued was called inside an "
+                    "event loop: await notify_async() instead"
+                )
         plan = self.plan(_as_list(notifiables), notification)
         self._announce_plan(plan)
-        if isinstance(notification, ShouldQueue):
+        if queued:
             return list(self.app.dispatch_many(self._jobs(plan.sends, notification)))
         later = [s for s in plan.sends if s.delay_s]
         ids = list(self.app.dispatch_many(self._jobs(later, notification))) if later else []
         now = [s for s in plan.sends if not s.delay_s]
         if now:
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                asyncio.run(self._closing(self._deliver_sends(now, notification)))
-            else:
-                raise RuntimeError(
-                    "notify() of a notification that is not queued was called inside an "
-                    "event loop: await notify_async() instead"
-                )
+            asyncio.run(self._closing(self._deliver_sends(now, notification)))
         return ids
 
     async def send_async(self, notifiables: Any, notification: Notification) -> list[str]:
