@@ -427,3 +427,19 @@ def test_a_notification_that_is_not_queued_sends_now_and_queues_only_what_quiet_
     assert [parse(x)["Subject"] for x in servers.smtp.messages] == ["Heads now"]  # sent now
     assert servers.sms.stamped == []
     assert app.job_status(sms_job) == "delayed"
+
+
+def test_redis_down_raises_queue_unavailable_naming_the_move(prefix: str) -> None:
+    from tests.integration.notify_support import make_app as make
+    from tests.support.procs import free_port
+    from tidings.errors import QueueUnavailable
+
+    app = make(f"redis://127.0.0.1:{free_port()}/0", prefix)
+    try:
+        app.make_current()
+        with pytest.raises(QueueUnavailable, match=r"digest on 'default': Redis unavailable"):
+            m.Member(1).notify(m.Reply("x"))
+        with pytest.raises(QueueUnavailable, match=r"once_per: Redis unavailable"):
+            m.Member(1).notify(m.DiskAlert("sda"))
+    finally:
+        app.close()

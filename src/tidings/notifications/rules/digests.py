@@ -45,6 +45,7 @@ from tidings.errors import ConfigurationError, PayloadRejected
 from tidings.jobs.backoff import Exponential
 from tidings.jobs.compose import build_body
 from tidings.jobs.job import Job, option
+from tidings.moves.queues import unavailable_guard
 from tidings.notifications.messages import MailMessage, SmsMessage
 from tidings.notifications.rules.preferences import type_name
 from tidings.redis import scripts
@@ -216,9 +217,16 @@ def _prepare(
 def add(
     app: Any, notifiable: Any, notification: Any, channel: str, window_s: float, item_id: str
 ) -> Added:
-    """Append one item to its digest window (opening it when none is open)."""
-    rq, keys, args, _ = _prepare(app, notifiable, notification, channel, window_s, item_id)
-    added, window, opened = scripts.DIGEST_ADD.call(rq.client, keys, args)
+    """Append one item to its digest window (opening it when none is open).
+
+    Raises:
+        QueueUnavailable: Redis could not be reached or is out of memory.
+    """
+    rq, keys, args, job = _prepare(app, notifiable, notification, channel, window_s, item_id)
+    # A push like any other: the fast lane, WAIT for replicas when configured, and
+    # QueueUnavailable when Redis cannot take it (nothing was appended then).
+    with unavailable_guard(f"digest on {job.digest_queue!r}"):
+        added, window, opened = rq.produce(job.digest_queue, scripts.DIGEST_ADD, keys, args)
     return Added(item_id, _text(window), bool(added), bool(opened))
 
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from tidings.moves.queues import unavailable_guard
 from tidings.notifications.rules.digests import _seconds, recipient_key
 from tidings.notifications.rules.preferences import type_name
 from tidings.redis import scripts
 from tidings.redis.keys import notify_once_key
+from tidings.redis.scripts import Arg
 
 __all__ = ["once_per_s", "throttle_name", "try_once"]
 
@@ -42,8 +44,14 @@ def throttle_name(notifiable: Any, notification: Any) -> str:
 
 
 def try_once(app: Any, notifiable: Any, notification: Any, period_s: float, token: str) -> bool:
-    """Whether this notification may go now (True) or repeats one within the period."""
+    """Whether this notification may go now (True) or repeats one within the period.
+
+    Raises:
+        QueueUnavailable: Redis could not be reached or is out of memory.
+    """
     rq = app.queue_for(getattr(notification, "connection", None))
     key = notify_once_key(rq.prefix, throttle_name(notifiable, notification))
-    ok = scripts.NOTIFY_ONCE_PER.call(rq.client, [key], [token, max(1, int(period_s * 1000))])
+    args: list[Arg] = [token, max(1, int(period_s * 1000))]
+    with unavailable_guard("once_per"):
+        ok = rq.produce("once_per", scripts.NOTIFY_ONCE_PER, [key], args)
     return bool(int(ok))
