@@ -210,3 +210,17 @@ class Heads(Notification):
 
     def to_sms(self, notifiable: Any) -> SmsMessage:
         return SmsMessage(f"Heads {self.text}")
+
+
+@dataclass
+class Liked(Notification, ShouldQueue):
+    """Digested into one database row (the default layout)."""
+
+    by: str
+    digest: ClassVar[Any] = timedelta(seconds=1)
+
+    def via(self, notifiable: Any) -> list[str]:
+        return ["database"]
+
+    def to_database(self, notifiable: Any) -> dict[str, Any]:
+        return {"by": self.by}

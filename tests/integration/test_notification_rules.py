@@ -443,3 +443,18 @@ def test_redis_down_raises_queue_unavailable_naming_the_move(prefix: str) -> Non
             m.Member(1).notify(m.DiskAlert("sda"))
     finally:
         app.close()
+
+
+def test_a_database_digest_is_one_row_with_every_item(
+    servers: Servers, app_factory: AppFactory, tmp_path: Path
+) -> None:
+    app = app_factory(servers, database_url=f"sqlite:///{tmp_path / 'rows.sqlite3'}")
+    app.make_current()
+    ann = m.Member(1)
+    for who in ("bob", "cat", "dan"):
+        assert ann.notify(m.Liked(who)) == []
+    work(app)
+    [row] = ann.notifications()
+    assert row.type == "tests.integration.rules_app.Liked"
+    assert row.data == {"digest": True, "count": 3,
+                        "items": [{"by": "bob"}, {"by": "cat"}, {"by": "dan"}]}  # fmt: skip
