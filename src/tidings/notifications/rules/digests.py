@@ -48,6 +48,7 @@ from tidings.jobs.job import Job, option
 from tidings.moves.queues import unavailable_guard
 from tidings.notifications.messages import MailMessage, SmsMessage
 from tidings.notifications.rules.preferences import type_name
+from tidings.notifications.rules.quiet_hours import interruptive_channels, quiet_until
 from tidings.redis import scripts
 from tidings.redis.keys import digest_base
 from tidings.wire import serializer
@@ -197,8 +198,6 @@ def _prepare(
     rq = app.queue_for(connection)
     base = digest_base(rq.prefix, queue, name)
     window_id = uuid.uuid4().hex
-    from tidings.notifications.rules.quiet_hours import interruptive_channels
-
     loud = channel in interruptive_channels(notification, notifiable)
     job = SendDigest(
         notifiable, channel, name, queue, connection, window_id,
@@ -357,8 +356,6 @@ class SendDigest(Job):
 
         app = _current.current()
         if self.interruptive:
-            from tidings.notifications.rules.quiet_hours import quiet_until
-
             now = datetime.now(UTC)
             until = quiet_until(self.notifiable, now)
             if until is not None:  # not claimed: the window stays open until then
