@@ -25,6 +25,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from tidings.events.call_queued import CallQueuedListener
@@ -212,24 +214,147 @@ def fake_queue(app: Any = None, *, follow_transactions: bool = True) -> Iterator
                 app.__dict__[n] = v
 
 
+@dataclass(frozen=True, slots=True)
+class Ruled:
+    """What the delivery rules did with one (notifiable, notification, channel) in a fake:
+    ``detail`` is the skip reason, the digest window id, or the delayed-until time."""
+
+    notifiable: Any
+    notification: Notification
+    channel: str
+    detail: Any
+
+
 class FakeNotifications:
-    """Records notifications instead of sending or queueing them."""
+    """Records notifications instead of sending or queueing them.
+
+    ``notify()`` applies the app's delivery rules as the real sender does (preferences
+    from the app's source, ``once_per``, ``digest`` and quiet hours, the last three kept
+    in memory): ``sent`` holds the channels that would be queued (delayed ones included),
+    ``skipped``, ``digested`` and ``delayed`` what the rules held back. Set ``now`` (an
+    aware datetime) to judge quiet hours at another time. ``notify_now`` records as asked.
+    """
 
     def __init__(self, real: Any, app: Any = None, *, follow_transactions: bool = True) -> None:
+        from tidings.notifications.rules.plan import MemoryBackend
+
         self.channels = real.channels
+        self.rules = getattr(real, "rules", None)
         self.sent: list[tuple[Any, Notification, list[str]]] = []
+        self.skipped: list[Ruled] = []
+        self.digested: list[Ruled] = []
+        self.delayed: list[Ruled] = []
+        self.backend = MemoryBackend()
+        self.now: datetime | None = None
         self._app = app
         self._follow = follow_transactions
+
+    @property
+    def preferences(self) -> Any:
+        """The real sender's preference source."""
+        return None if self.rules is None else self.rules.preferences
+
+    @staticmethod
+    def _targets(notifiables: Any) -> list[Any]:
+        return list(notifiables) if isinstance(notifiables, (list, tuple, set)) else [notifiables]
 
     def _record(
         self, notifiables: Any, notification: Notification, channels: list[str] | None = None
     ) -> list[Any]:
-        targets = (
-            list(notifiables) if isinstance(notifiables, (list, tuple, set)) else [notifiables]
-        )
-        for n in targets:
+        for n in self._targets(notifiables):
             self.sent.append((n, notification, channels or notification.via(n)))
         return []
+
+    def _record_planned(self, notifiables: Any, notification: Notification) -> list[Any]:
+        from tidings.notifications.events import (
+            NotificationDelayed,
+            NotificationDigested,
+            NotificationSkipped,
+        )
+
+        if self.rules is None:
+            return self._record(notifiables, notification)
+        targets = self._targets(notifiables)
+        plan = self.rules.plan(targets, notification, backend=self.backend, now=self.now)
+        for index, n in enumerate(targets):
+            channels = [s.channel for s in plan.sends if s.index == index]
+            if channels:
+                self.sent.append((n, notification, channels))
+        for e in plan.events:
+            if isinstance(e, NotificationSkipped):
+                self.skipped.append(Ruled(e.notifiable, e.notification, e.channel, e.reason))
+            elif isinstance(e, NotificationDigested):
+                self.digested.append(Ruled(e.notifiable, e.notification, e.channel, e.window_id))
+            elif isinstance(e, NotificationDelayed):
+                self.delayed.append(Ruled(e.notifiable, e.notification, e.channel, e.until))
+        return []
+
+    @staticmethod
+    def _find(
+        found: list[Ruled], notifiable: Any, cls: type[Notification], channel: str | None
+    ) -> list[Ruled]:
+        return [
+            r
+            for r in found
+            if r.notifiable is notifiable
+            and isinstance(r.notification, cls)
+            and (channel is None or r.channel == channel)
+        ]
+
+    def assert_skipped(
+        self,
+        notifiable: Any,
+        cls: type[Notification],
+        channel: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Assert ``cls`` was skipped for ``notifiable`` (on ``channel``; ``"*"`` when the
+        whole notification was throttled), for ``reason`` (``opted_out``/``throttled``)."""
+        hits = self._find(self.skipped, notifiable, cls, channel)
+        if not [r for r in hits if reason is None or r.detail == reason]:
+            raise AssertionError(
+                f"{_name(cls)} was not skipped for {notifiable!r}"
+                f"{f' on {channel}' if channel else ''}"
+                f"{f' ({reason})' if reason else ''}; skipped: "
+                f"{[(r.channel, r.detail) for r in self.skipped]}"
+            )
+
+    def assert_digested(
+        self,
+        notifiable: Any,
+        cls: type[Notification],
+        channel: str | None = None,
+        count: int | None = None,
+    ) -> None:
+        """Assert ``cls`` went into a digest for ``notifiable`` (``count`` items of it)."""
+        hits = self._find(self.digested, notifiable, cls, channel)
+        if not hits or (count is not None and len(hits) != count):
+            raise AssertionError(
+                f"{len(hits)} {_name(cls)} digested for {notifiable!r}"
+                f"{f' on {channel}' if channel else ''}, expected {count or 'some'}"
+            )
+
+    def digest_windows(self, notifiable: Any, cls: type[Notification]) -> list[list[Any]]:
+        """The items of each digest window of ``cls`` for ``notifiable``, oldest first."""
+        ids = dict.fromkeys(r.detail for r in self._find(self.digested, notifiable, cls, None))
+        return [list(self.backend.items.get(i, [])) for i in ids]
+
+    def assert_delayed(
+        self,
+        notifiable: Any,
+        cls: type[Notification],
+        channel: str | None = None,
+        until: datetime | None = None,
+    ) -> None:
+        """Assert quiet hours delayed ``cls`` for ``notifiable`` (until ``until``)."""
+        hits = self._find(self.delayed, notifiable, cls, channel)
+        if not [r for r in hits if until is None or r.detail == until]:
+            raise AssertionError(
+                f"{_name(cls)} was not delayed for {notifiable!r}"
+                f"{f' on {channel}' if channel else ''}"
+                f"{f' until {until.isoformat()}' if until else ''}; delayed: "
+                f"{[(r.channel, r.detail) for r in self.delayed]}"
+            )
 
     def _queue(self, notifiables: Any, notification: Notification) -> list[str]:
         """A queued notification: recorded when its transaction commits (after_commit)."""
@@ -237,8 +362,8 @@ class FakeNotifications:
         if self._app is not None and isinstance(notification, ShouldQueue):
             defer = _deferrer(self._app, notification, self._follow)
         if defer is None:
-            return self._record(notifiables, notification)
-        defer(lambda: self._record(notifiables, notification))
+            return self._record_planned(notifiables, notification)
+        defer(lambda: self._record_planned(notifiables, notification))
         return []
 
     def send(self, notifiables: Any, notification: Notification) -> list[str]:

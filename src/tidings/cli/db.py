@@ -20,7 +20,7 @@ def make_group(load_app: Callable[[click.Context], Any]) -> click.Group:
     @group.command("upgrade")
     @click.pass_context
     def upgrade(ctx: click.Context) -> None:
-        """Create the notifications table and its indexes where missing."""
+        """Create the notifications and notification_preferences tables where missing."""
         store = load_app(ctx).database
         try:
             created = store.upgrade()
@@ -30,6 +30,7 @@ def make_group(load_app: Callable[[click.Context], Any]) -> click.Group:
             raise click.ClickException(str(store.error(exc))) from None
         verb = "Created" if created else "Up to date:"
         click.echo(f"{verb} table {store.table.fullname} in {store.url}")
+        click.echo(f"Table {store.preferences_table.fullname} (notification preferences) ready")
 
     @group.command("prune")
     @click.option("--days", type=float, default=30.0, show_default=True)

@@ -11,7 +11,14 @@
 
 from tidings.notifications.channels.database import DatabaseNotification
 from tidings.notifications.channels.slack import SlackMessage
-from tidings.notifications.events import NotificationFailed, NotificationSending, NotificationSent
+from tidings.notifications.events import (
+    NotificationDelayed,
+    NotificationDigested,
+    NotificationFailed,
+    NotificationSending,
+    NotificationSent,
+    NotificationSkipped,
+)
 from tidings.notifications.messages import (
     MailMessage,
     SmsMessage,
@@ -28,9 +35,12 @@ __all__ = [
     "MailMessage",
     "Notifiable",
     "Notification",
+    "NotificationDelayed",
+    "NotificationDigested",
     "NotificationFailed",
     "NotificationSending",
     "NotificationSent",
+    "NotificationSkipped",
     "SendQueuedNotification",
     "SlackMessage",
     "SmsMessage",

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from tidings import _current
 from tidings.notifications.channels.database import HasDatabaseNotifications
+from tidings.notifications.rules.preferences import HasNotificationPreferences
 
 DEFAULT_ROUTE_ATTRS = {
     "mail": "email",
@@ -59,7 +60,7 @@ class Notification:
         return []
 
 
-class Notifiable(HasDatabaseNotifications):
+class Notifiable(HasDatabaseNotifications, HasNotificationPreferences):
     """Mixin for things that receive notifications (users, teams ...).
 
     Routes default to the attributes ``email`` (mail), ``phone`` (sms),
@@ -67,7 +68,9 @@ class Notifiable(HasDatabaseNotifications):
     ``route_notification_for_<channel>(notification)`` or override
     :meth:`route_notification_for` to change them. The database channel's API
     (``notifications()``, ``unread_notifications()``, ``mark_as_read()`` ...) comes from
-    :class:`~tidings.notifications.channels.database.HasDatabaseNotifications`.
+    :class:`~tidings.notifications.channels.database.HasDatabaseNotifications`;
+    preferences (``opt_out()``, ``opt_in()``, ``notification_preferences()``) from
+    :class:`~tidings.notifications.rules.preferences.HasNotificationPreferences`.
     """
 
     __tidings_serializable__: ClassVar[bool] = True

@@ -1,7 +1,9 @@
 """NotificationSender: fans a notification out per notifiable and channel.
 
 Queued notifications (``ShouldQueue``) become one :class:`SendQueuedNotification` job
-per notifiable per channel; the others are delivered at once.
+per notifiable per channel; the others are delivered at once. Before either, the
+delivery rules (:mod:`tidings.notifications.rules`: preferences, ``once_per``,
+digests, quiet hours) decide which channels go, wait or join a digest.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import asyncio
 import hashlib
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tidings.events.listener import ShouldQueue
@@ -20,6 +22,8 @@ from tidings.notifications.channels.manager import ChannelManager
 from tidings.notifications.events import NotificationFailed, NotificationSending, NotificationSent
 from tidings.notifications.notification import Notification
 from tidings.notifications.queued import SendQueuedNotification
+from tidings.notifications.rules.plan import Backend, DeliveryRules, Plan, Send
+from tidings.notifications.rules.preferences import Preferences
 from tidings.observability import tracing
 
 log = logging.getLogger("tidings.notifications")
@@ -48,45 +52,112 @@ class NotificationSender:
     def __init__(self, app: AppHost) -> None:
         self.app = app
         self.channels = ChannelManager(app)
+        self.rules = DeliveryRules(app)
 
     # -- queueing ----------------------------------------------------------------------
 
-    def _jobs(
-        self, notifiables: Iterable[Any], notification: Notification
-    ) -> list[PendingDispatch]:
-        """One job per notifiable per channel; a malformed route raises ValidationError
-        here, before anything is pushed."""
+    @property
+    def preferences(self) -> Preferences:
+        """The preference source (``use_database()`` / ``use(callback)``; off by default)."""
+        return self.rules.preferences
+
+    def plan(
+        self, targets: Sequence[Any], notification: Notification, backend: Backend | None = None
+    ) -> Plan:
+        """Apply the delivery rules (preferences, once_per, digests, quiet hours): what to
+        queue or send, per notifiable and channel. A malformed route raises
+        ValidationError here, before anything is stored or pushed."""
+        queued = isinstance(notification, ShouldQueue)
+
+        def delays(notifiable: Any) -> dict[str, float]:
+            own = notification.with_delay(notifiable) if queued else None
+            return {ch: delay_seconds(v) for ch, v in (own or {}).items()}
+
+        return self.rules.plan(
+            targets,
+            notification,
+            check_route=self.channels.check_route,
+            delays=delays,
+            backend=backend,
+        )
+
+    def _jobs(self, sends: Iterable[Send], notification: Notification) -> list[PendingDispatch]:
+        """One job per planned (notifiable, channel)."""
         nid = uuid.uuid4().hex
         queues = notification.via_queues() or {}
         jobs: list[PendingDispatch] = []
-        for index, notifiable in enumerate(notifiables):
-            delays = notification.with_delay(notifiable) or {}
-            for channel in notification.via(notifiable):
-                self.channels.check_route(channel, notifiable, notification)
-                job = SendQueuedNotification(
-                    notifiable, notification, channel, delivery_id(nid, index, channel)
-                )
-                pending = PendingDispatch(job, queue=queues.get(channel))
-                if channel in delays:
-                    pending.delay_s = delay_seconds(delays[channel])
-                jobs.append(pending)
+        for s in sends:
+            job = SendQueuedNotification(
+                s.notifiable, notification, s.channel, delivery_id(nid, s.index, s.channel)
+            )
+            pending = PendingDispatch(job, queue=queues.get(s.channel))
+            if s.delay_s is not None:
+                pending.delay_s = s.delay_s
+            jobs.append(pending)
         return jobs
 
     def send(self, notifiables: Any, notification: Notification) -> list[str]:
-        """Queue (ShouldQueue) or send now; returns the queued job ids."""
-        targets = _as_list(notifiables)
-        if isinstance(notification, ShouldQueue):
-            return list(self.app.dispatch_many(self._jobs(targets, notification)))
-        self.send_now(targets, notification)
-        return []
+        """Queue (ShouldQueue) or send now; returns the queued job ids. A channel held by
+        quiet hours is queued with a delay even when the notification is not queued."""
+        queued = isinstance(notification, ShouldQueue)
+        if not queued:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:  # before anything is decided, stored or pushed
+                raise RuntimeError(
+                    "notify() of a notification that is not queued was called inside an "
+                    "event loop: await notify_async() instead"
+                )
+        plan = self.plan(_as_list(notifiables), notification)
+        self._announce_plan(plan)
+        if queued:
+            return list(self.app.dispatch_many(self._jobs(plan.sends, notification)))
+        later = [s for s in plan.sends if s.delay_s]
+        ids = list(self.app.dispatch_many(self._jobs(later, notification))) if later else []
+        now = [s for s in plan.sends if not s.delay_s]
+        if now:
+            asyncio.run(self._closing(self._deliver_sends(now, notification)))
+        return ids
 
     async def send_async(self, notifiables: Any, notification: Notification) -> list[str]:
-        """Async twin of :meth:`send`."""
+        """Async twin of :meth:`send` (rules that read a database or Redis are applied in
+        a thread)."""
         targets = _as_list(notifiables)
+        if self.rules.needs_io(notification):
+            plan = await asyncio.to_thread(self.plan, targets, notification)
+        else:
+            plan = self.plan(targets, notification)
+        for event in plan.events:
+            await self._announce_safely(event)
         if isinstance(notification, ShouldQueue):
-            return list(await self.app.dispatch_many_async(self._jobs(targets, notification)))
-        await self.send_now_async(targets, notification)
-        return []
+            jobs = self._jobs(plan.sends, notification)
+            return list(await self.app.dispatch_many_async(jobs))
+        later = [s for s in plan.sends if s.delay_s]
+        ids = []
+        if later:
+            ids = list(await self.app.dispatch_many_async(self._jobs(later, notification)))
+        await self._deliver_sends([s for s in plan.sends if not s.delay_s], notification)
+        return ids
+
+    def _announce_plan(self, plan: Plan) -> None:
+        """Announce what the rules decided (``app.emit``: a raising listener is logged;
+        async listeners run on the running loop, if any)."""
+        for event in plan.events:
+            self.app.emit(event)
+
+    async def _deliver_sends(self, sends: Sequence[Send], notification: Notification) -> None:
+        nid = uuid.uuid4().hex
+        for s in sends:
+            did = delivery_id(nid, s.index, s.channel)
+            await self.deliver(s.notifiable, notification, s.channel, did)
+
+    async def _closing(self, work: Awaitable[Any]) -> Any:
+        try:
+            return await work
+        finally:
+            await self.channels.close_loop()
 
     # -- sending now -------------------------------------------------------------------
 
@@ -170,5 +241,5 @@ class NotificationSender:
                 "a %s listener raised (%s, %s)",
                 type(event).__name__,
                 event.channel,
-                event.delivery_id,
+                getattr(event, "delivery_id", "-"),
             )

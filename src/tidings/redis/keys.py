@@ -115,6 +115,9 @@ def queue_pattern(prefix: str) -> str:
 #   {prefix}:queue:{Q}:once:<id>         marker: job <id> was pushed once (chain links, callbacks)
 #   {prefix}:queue:{Q}:unique:<name>     unique lock: the id of the job holding it
 #   {prefix}:queue:{Q}:debounce:<name>   hash: id of the waiting job, first dispatch time
+#   {prefix}:queue:{Q}:digest:<name>     list: items of the open digest window (+ :seen zset,
+#                                        :window id, :claimed:<id> list being delivered)
+#   {prefix}:notify:once:{<name>}        once_per marker of a notification (token, PX)
 #   {prefix}:batch:{<id>}                hash: counters, times, options, callback envelopes
 #   {prefix}:batch:{<id>}:members        set: ids counted into the batch
 #   {prefix}:batch:{<id>}:finished       set: ids whose outcome was recorded
@@ -126,6 +129,17 @@ def queue_pattern(prefix: str) -> str:
 #   {prefix}:throttle:{<key>}            ThrottlesExceptions counter
 #   {prefix}:schedule:{lease}            scheduler lease: the token of the leading worker
 #   {prefix}:queues                      set: queue names workers listened on (for monitor)
+
+
+def digest_base(prefix: str, queue: str, name: str) -> str:
+    """The digest window keys of ``name`` (a hash of notifiable, type, channel) on ``queue``:
+    the items list; ``:seen``, ``:window`` and ``:claimed:<window id>`` add to it."""
+    return f"{prefix}:queue:{{{queue}}}:digest:{name}"
+
+
+def notify_once_key(prefix: str, name: str) -> str:
+    """The ``once_per`` marker of ``name`` (a hash of notifiable, type and key)."""
+    return f"{prefix}:notify:once:{{{name}}}"
 
 
 def once_key(prefix: str, queue: str, job_id: str) -> str:

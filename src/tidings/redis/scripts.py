@@ -93,3 +93,7 @@ BATCH_CANCEL = _declare("batch_cancel")
 BATCH_RETRY = _declare("batch_retry")
 # -- broadcasting to browsers (tidings.broadcasting.publish) ------------------------------
 BROADCAST_PUBLISH = _declare("broadcast_publish")
+# -- notification delivery rules (tidings.notifications.rules): once_per and digests -------
+NOTIFY_ONCE_PER = _declare("notify_once_per")
+DIGEST_ADD = _declare("digest_add")
+DIGEST_CLAIM = _declare("digest_claim")

@@ -320,6 +320,13 @@ class NotificationStore:
         self._secrets = [self._url.password] if self._url.password else []
         self.metadata = sa_.MetaData()
         self.table = notifications_table(self.metadata, table_name, schema)
+        # Preferences (tidings.notifications.rules.preferences) share the MetaData, so
+        # `upgrade` (`notify-worker db upgrade`) creates their table too.
+        from tidings.notifications.rules.preferences import preferences_table
+
+        self.preferences_table = preferences_table(
+            self.metadata, "notification_preferences", schema
+        )
         self._engine_options = engine_options or {}
         self._engine: Any = None
         self._ready = False
@@ -397,9 +404,11 @@ class NotificationStore:
             try:
                 self.metadata.create_all(engine, checkfirst=True)
             except sa_.exc.DatabaseError:
-                # Another process created it between the check and the CREATE.
-                if not sa_.inspect(engine).has_table(self.table.name, schema=self.table.schema):
-                    raise
+                # Another process created them between the check and the CREATE.
+                inspector = sa_.inspect(engine)
+                for table in self.metadata.sorted_tables:
+                    if not inspector.has_table(table.name, schema=table.schema):
+                        raise
             self._ready = True
             return not existed
 
