@@ -31,6 +31,7 @@ of the earlier attempts' worker ids and errors), kept ``result_ttl_s`` (a day).
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime as dt
 import inspect
 import json
@@ -39,11 +40,11 @@ import socket
 import time
 import traceback
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.utils import timezone
+import orjson
 
 from tidings import _current, after_commit
 from tidings.app import App
@@ -55,6 +56,7 @@ from tidings.contrib.django._tasks_api import (
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
+    normalize_json,
     task_enqueued,
     task_finished,
     task_started,
@@ -71,7 +73,7 @@ DEFAULT_RESULT_TTL_S = 86400.0
 _OPTION_NAMES = {"result_ttl_s", "tries", "backoff", "timeout", "after_commit", "connection"}
 _READY, _RUNNING = TaskResultStatus.READY, TaskResultStatus.RUNNING
 _SUCCESSFUL, _FAILED = TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED
-_OUTCOME = "djtask"  # marks a stored job result as a task's outcome
+_OUTCOME = "djtask:"  # heads a stored job result that is a task's outcome
 _CANCEL_WAIT_S = 2.0  # how long get_result waits for a worker's record of a cancel
 
 
@@ -99,19 +101,29 @@ def _worker_id() -> str:
 
 
 def _now() -> str:
-    return timezone.now().isoformat()
+    """Now as kept in records and outcomes: seconds since the epoch."""
+    return repr(time.time())
 
 
 def _when(raw: Any) -> dt.datetime | None:
+    """A kept time as Django shows it (aware, UTC)."""
     if not raw:
         return None
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    return dt.datetime.fromisoformat(text)
+    return dt.datetime.fromtimestamp(float(raw), tz=dt.UTC)
 
 
-def _json_value(value: Any) -> Any:
-    """``value`` as Django keeps a return value: JSON types only (tuples become lists)."""
-    return json.loads(json.dumps(value))
+def _at(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+
+
+def _errors_of(raw: str | None) -> list[TaskError]:
+    """The ``TaskError`` list of a record's JSON errors."""
+    if not raw or raw == "[]":
+        return []
+    return [
+        TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"])
+        for e in json.loads(raw)
+    ]
 
 
 def _text(value: Any) -> str:
@@ -203,13 +215,37 @@ class _Records:
 
 
 _TASKS: dict[tuple[int, str, str, str, int], Task[Any, Any]] = {}
+_OPTIONS: dict[tuple[str, str], tuple[dict[str, Any], _TaskOptions]] = {}
+
+
+def _backend_options(alias: str) -> dict[str, Any]:
+    from django.conf import settings
+
+    config = (getattr(settings, "TASKS", None) or {}).get(alias) or {}
+    return dict(config.get("OPTIONS") or {})
+
+
+def _options_of(
+    alias: str, overrides: dict[str, Any] | None
+) -> tuple[dict[str, Any], _TaskOptions]:
+    """The options of a task of backend ``alias`` with its own ``overrides`` (merged
+    once per process for each pair)."""
+    key = (alias, json.dumps(overrides, sort_keys=True) if overrides else "")
+    found = _OPTIONS.get(key)
+    if found is None:
+        merged = {**_backend_options(alias), **(overrides or {})}
+        found = (merged, _TaskOptions(merged))
+        if len(_OPTIONS) > 1024:
+            _OPTIONS.clear()
+        _OPTIONS[key] = found
+    return found
 
 
 class _TaskOptions:
-    """What :class:`RunTask` gives tidings as its job options (from the backend's
-    ``OPTIONS``)."""
+    """What :class:`RunTask` gives tidings as its job options (the backend's
+    ``OPTIONS``, under the task's own)."""
 
-    def __init__(self, options: dict[str, Any]) -> None:
+    def __init__(self, options: Mapping[str, Any]) -> None:
         self.tries = options.get("tries")
         self.backoff = options.get("backoff")
         self.timeout = options.get("timeout")
@@ -231,16 +267,21 @@ class RunTask(Job):
     backend: str = "default"
     queue_name: str = "default"
     task_priority: int = 0
-    options: dict[str, Any] = field(default_factory=dict)
-    enqueued_at: str = ""
+    enqueued_at: float = 0.0
+    overrides: dict[str, Any] | None = None
 
     def display_name(self) -> str:
         """The task's module path, as Django names it."""
         return self.function.replace(":", ".")
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """The backend's ``OPTIONS`` under the task's own (:func:`tidings_options`)."""
+        return _options_of(self.backend, self.overrides)[0]
+
     def option_source(self) -> Any:
-        """The backend's ``OPTIONS``: tries, backoff, timeout, after-commit, result TTL."""
-        return _TaskOptions(self.options)
+        """Tries, backoff, timeout, after-commit, result TTL: :attr:`options`."""
+        return _options_of(self.backend, self.overrides)[1]
 
     # -- in the worker ----------------------------------------------------------------
 
@@ -268,7 +309,7 @@ class RunTask(Job):
             "priority": str(self.task_priority),
             "args": json.dumps(self.args),
             "kwargs": json.dumps(self.kwargs),
-            "enqueued_at": self.enqueued_at,
+            "enqueued_at": repr(self.enqueued_at),
         }
 
     def _reads_earlier(self) -> bool:
@@ -321,28 +362,62 @@ class RunTask(Job):
         tb = redact("".join(traceback.format_exception(exc)))
         return json.dumps({"exception_class_path": _class_path(type(exc)), "traceback": tb})
 
-    def _outcome(self, value: Any, started: str, finished: str) -> dict[str, Any]:
-        """The job's stored result: what ``get_result`` shows of a successful task."""
-        return {
-            _OUTCOME: 1,
-            "value": value,
-            "task": self.function,
-            "queue": self.queue_name,
-            "priority": self.task_priority,
-            "args": self.args,
-            "kwargs": self.kwargs,
-            "enqueued_at": self.enqueued_at,
-            "started_at": started,
-            "finished_at": finished,
-            "worker_id": _worker_id(),
-        }
+    def _outcome(self, value: Any, started: float, finished: float) -> str:
+        """The job's stored result: what ``get_result`` shows of a successful task, one
+        JSON string (the cheapest value to seal)."""
+        return (
+            _OUTCOME
+            + orjson.dumps(
+                [
+                    value,
+                    self.function,
+                    self.queue_name,
+                    self.task_priority,
+                    self.args,
+                    self.kwargs,
+                    self.enqueued_at,
+                    started,
+                    finished,
+                    _worker_id(),
+                ]
+            ).decode()
+        )
 
-    def _failed_attempt(self, exc: BaseException, started: str) -> tuple[bool, dict[str, str]]:
+    def _running(self, earlier: dict[str, str], started: float) -> TaskResult[Any]:
+        """This run's ``TaskResult`` as it starts (built from objects, nothing parsed
+        on a first attempt)."""
+        workers = json.loads(earlier["worker_ids"]) if "worker_ids" in earlier else []
+        workers.append(_worker_id())
+        first = earlier.get("started_at")
+        return TaskResult(
+            task=self._task(),
+            id=self.job_id or "",
+            status=_RUNNING,
+            enqueued_at=_at(self.enqueued_at),
+            started_at=_when(first) if first else _at(started),
+            finished_at=None,
+            last_attempted_at=_at(started),
+            args=self.args,
+            kwargs=self.kwargs,
+            backend=self.backend,
+            errors=_errors_of(earlier.get("errors")),
+            worker_ids=workers,
+        )
+
+    @staticmethod
+    def _succeeded(result: TaskResult[Any], value: Any, finished: float) -> TaskResult[Any]:
+        done = copy.copy(result)
+        object.__setattr__(done, "status", _SUCCESSFUL)
+        object.__setattr__(done, "finished_at", _at(finished))
+        object.__setattr__(done, "_return_value", value)
+        return done
+
+    def _failed_attempt(self, exc: BaseException, started: float) -> tuple[bool, dict[str, str]]:
         """Record a failed attempt (a cancel is final); returns (final, its fields)."""
         self._recorded = True
         final = isinstance(exc, JobCancelled)
         fields = {**self.identity(), "status": str(_FAILED if final else _READY)}
-        fields["last_attempted_at"] = started
+        fields["last_attempted_at"] = repr(started)
         if final:
             fields["finished_at"] = _now()
         return final, fields
@@ -353,25 +428,24 @@ class RunTask(Job):
     def handle(self) -> Any:
         """Run the task function (sync); its outcome is the job's result."""
         self._started = True
-        started = _now()
+        started = time.time()
         earlier = self._records().read(self.job_id or "") if self._reads_earlier() else {}
-        result = self._result(self._state(earlier, _RUNNING, started))
+        result = self._running(earlier, started)
         task_started.send(sender=TidingsBackend, task_result=result)
         try:
-            value = _json_value(result.task.call(*self._call_args(result), **result.kwargs))
+            value = normalize_json(result.task.call(*self._call_args(result), **result.kwargs))
         except Exception as exc:
             final, fields = self._failed_attempt(exc, started)
             error = self._error(exc)
-            self._records().write(self.job_id or "", fields, error, _worker_id(), started)
+            self._records().write(self.job_id or "", fields, error, _worker_id(), repr(started))
             if final:
-                state = {**self._state(earlier, _FAILED, started, error=error), **fields}
+                state = {**self._state(earlier, _FAILED, repr(started), error=error), **fields}
                 task_finished.send(sender=TidingsBackend, task_result=self._result(state))
             raise
-        finished = _now()
-        if task_finished.receivers:
-            state = self._state(earlier, _SUCCESSFUL, started, finished)
-            state["return"] = json.dumps(value)
-            task_finished.send(sender=TidingsBackend, task_result=self._result(state))
+        finished = time.time()
+        task_finished.send(
+            sender=TidingsBackend, task_result=self._succeeded(result, value, finished)
+        )
         return self._outcome(value, started, finished)
 
     async def failed(self, exc: BaseException) -> None:
@@ -399,25 +473,28 @@ class RunAsyncTask(RunTask):
     async def handle(self) -> Any:
         """Await the task coroutine; its outcome is the job's result."""
         self._started = True
-        started = _now()
+        started = time.time()
         earlier = await self._records().aread(self.job_id or "") if self._reads_earlier() else {}
-        result = self._result(self._state(earlier, _RUNNING, started))
+        result = self._running(earlier, started)
         await task_started.asend(sender=TidingsBackend, task_result=result)
         try:
-            value = _json_value(await result.task.acall(*self._call_args(result), **result.kwargs))
+            value = normalize_json(
+                await result.task.acall(*self._call_args(result), **result.kwargs)
+            )
         except (Exception, JobCancelled) as exc:
             final, fields = self._failed_attempt(exc, started)
             error = self._error(exc)
-            await self._records().awrite(self.job_id or "", fields, error, _worker_id(), started)
+            await self._records().awrite(
+                self.job_id or "", fields, error, _worker_id(), repr(started)
+            )
             if final:
-                state = {**self._state(earlier, _FAILED, started, error=error), **fields}
+                state = {**self._state(earlier, _FAILED, repr(started), error=error), **fields}
                 await task_finished.asend(sender=TidingsBackend, task_result=self._result(state))
             raise
-        finished = _now()
-        if task_finished.receivers:
-            state = self._state(earlier, _SUCCESSFUL, started, finished)
-            state["return"] = json.dumps(value)
-            await task_finished.asend(sender=TidingsBackend, task_result=self._result(state))
+        finished = time.time()
+        await task_finished.asend(
+            sender=TidingsBackend, task_result=self._succeeded(result, value, finished)
+        )
         return self._outcome(value, started, finished)
 
 
@@ -446,10 +523,7 @@ def _build_result(
     task: Task[Any, Any], task_id: str, state: dict[str, str], backend: str
 ) -> TaskResult[Any]:
     status = TaskResultStatus(state.get("status") or str(_READY))
-    errors = [
-        TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"])
-        for e in json.loads(state.get("errors", "[]"))
-    ]
+    errors = _errors_of(state.get("errors"))
     result: TaskResult[Any] = TaskResult(
         task=task,
         id=task_id,
@@ -547,7 +621,7 @@ class TidingsBackend(BaseTaskBackend):
             self._validated.clear()
         self._validated.add(task)
 
-    def _pending(self, task: Task[Any, Any], args: Any, kwargs: Any, at: str) -> PendingDispatch:
+    def _pending(self, task: Task[Any, Any], args: Any, kwargs: Any, at: float) -> PendingDispatch:
         func = task.func
         job_class = RunAsyncTask if inspect.iscoroutinefunction(func) else RunTask
         job = job_class(
@@ -557,7 +631,6 @@ class TidingsBackend(BaseTaskBackend):
             backend=self.alias,
             queue_name=task.queue_name,
             task_priority=task.priority,
-            options=self.options,
             enqueued_at=at,
         )
         pending = PendingDispatch(job).on_queue(task.queue_name)
@@ -574,13 +647,13 @@ class TidingsBackend(BaseTaskBackend):
         return after_commit.deferrer()
 
     def _enqueued(
-        self, task: Task[Any, Any], task_id: str, args: list[Any], kwargs: dict[str, Any], at: str
+        self, task: Task[Any, Any], task_id: str, args: list[Any], kwargs: dict[str, Any], at: float
     ) -> TaskResult[Any]:
         return TaskResult(
             task=task,
             id=task_id,
             status=_READY,
-            enqueued_at=_when(at),
+            enqueued_at=_at(at),
             started_at=None,
             finished_at=None,
             last_attempted_at=None,
@@ -595,8 +668,8 @@ class TidingsBackend(BaseTaskBackend):
         """Push the task as a tidings job (one push); its id is the result's id."""
         self._validate(task)
         app = self._app()
-        at = _now()  # before the push: a worker may start it at once
-        args, kwargs = _json_value(list(args)), _json_value(dict(kwargs))
+        at = time.time()  # before the push: a worker may start it at once
+        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         pending = self._pending(task, args, kwargs, at)
         held = self._held(app, pending)
         task_id = app.push_pending(pending)
@@ -614,8 +687,8 @@ class TidingsBackend(BaseTaskBackend):
         """Async twin of :meth:`enqueue`: the push on the event loop."""
         self._validate(task)
         app = self._app()
-        at = _now()
-        args, kwargs = _json_value(list(args)), _json_value(dict(kwargs))
+        at = time.time()
+        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         pending = self._pending(task, args, kwargs, at)
         if self._held(app, pending) is not None:
             return self.enqueue(task, args, kwargs)  # held until commit: no I/O now
@@ -647,7 +720,7 @@ class TidingsBackend(BaseTaskBackend):
 
     @staticmethod
     def _stamp(ms: Any) -> str:
-        return dt.datetime.fromtimestamp(float(ms) / 1000, tz=dt.timezone.utc).isoformat()
+        return repr(float(ms) / 1000)
 
     def _derive(self, app: App, result_id: str, raw: list[Any]) -> Any:
         """The ``TaskResult`` a look's replies show; a :class:`_Cancelled` or None (no
@@ -711,23 +784,26 @@ class TidingsBackend(BaseTaskBackend):
             )
         except ResultMissing as exc:
             raise TaskResultDoesNotExist(result_id) from exc
-        if not isinstance(out, dict) or _OUTCOME not in out:
+        if not isinstance(out, str) or not out.startswith(_OUTCOME):
             raise TaskResultDoesNotExist(result_id)
-        workers = [*json.loads(record.get("worker_ids", "[]")), out["worker_id"]]
+        value, task, queue, priority, args, kwargs, enqueued, started, finished, worker = (
+            orjson.loads(out[len(_OUTCOME) :])
+        )
+        workers = [*json.loads(record.get("worker_ids", "[]")), worker]
         state = {
-            "task": out["task"],
-            "queue": out["queue"],
-            "priority": str(out["priority"]),
-            "args": json.dumps(out["args"]),
-            "kwargs": json.dumps(out["kwargs"]),
-            "enqueued_at": out["enqueued_at"],
-            "started_at": record.get("started_at") or out["started_at"],
-            "last_attempted_at": out["started_at"],
-            "finished_at": out["finished_at"],
+            "task": task,
+            "queue": queue,
+            "priority": str(priority),
+            "args": json.dumps(args),
+            "kwargs": json.dumps(kwargs),
+            "enqueued_at": repr(enqueued),
+            "started_at": record.get("started_at") or repr(started),
+            "last_attempted_at": repr(started),
+            "finished_at": repr(finished),
             "status": str(_SUCCESSFUL),
             "worker_ids": json.dumps(workers),
             "errors": record.get("errors", "[]"),
-            "return": json.dumps(out["value"]),
+            "return": json.dumps(value),
         }
         return self._from_state(app, result_id, state)
 
