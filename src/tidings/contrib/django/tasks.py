@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from django.utils import timezone
 
 from tidings import _current, after_commit
 from tidings.app import App
@@ -244,6 +245,11 @@ class _TaskOptions:
     """What :class:`RunTask` gives tidings as its job options (the backend's
     ``OPTIONS``, under the task's own)."""
 
+    # The options tidings reads that a task does not set: plain attributes, so a read
+    # is a lookup, not a failed getattr.
+    queue = delay = max_exceptions = retry_until = priority = max_stalls = None
+    result_max_bytes = unique_for = unique_until = debounce_for = debounce_max_wait = None
+
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.tries = options.get("tries")
         self.backoff = options.get("backoff")
@@ -280,7 +286,10 @@ class RunTask(Job):
 
     def option_source(self) -> Any:
         """Tries, backoff, timeout, after-commit, result TTL: :attr:`options`."""
-        return _options_of(self.backend, self.overrides)[1]
+        found = self.__dict__.get("_option_source")
+        if found is None:  # asked ten times per push: looked up once per job
+            found = self.__dict__["_option_source"] = _options_of(self.backend, self.overrides)[1]
+        return found
 
     # -- in the worker ----------------------------------------------------------------
 
@@ -645,14 +654,15 @@ class TidingsBackend(BaseTaskBackend):
             return None
         return after_commit.deferrer()
 
-    def _enqueued(
-        self, task: Task[Any, Any], task_id: str, args: list[Any], kwargs: dict[str, Any], at: float
-    ) -> TaskResult[Any]:
+    def _ready(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
+        """The result ``enqueue`` returns, before the push (Django normalises the
+        arguments to JSON here, so a value JSON cannot hold fails before anything is
+        pushed); the id is set once the push gave one."""
         return TaskResult(
             task=task,
-            id=task_id,
+            id="",
             status=_READY,
-            enqueued_at=_at(at),
+            enqueued_at=timezone.now(),
             started_at=None,
             finished_at=None,
             last_attempted_at=None,
@@ -663,19 +673,23 @@ class TidingsBackend(BaseTaskBackend):
             worker_ids=[],
         )
 
+    def _prepare(
+        self, task: Task[Any, Any], args: Any, kwargs: Any
+    ) -> tuple[TaskResult[Any], PendingDispatch]:
+        self._validate(task)
+        result = self._ready(task, args, kwargs)
+        at = result.enqueued_at
+        assert at is not None
+        return result, self._pending(task, result.args, result.kwargs, at.timestamp())
+
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
         """Push the task as a tidings job (one push); its id is the result's id."""
-        self._validate(task)
         app = self._app()
-        at = time.time()  # before the push: a worker may start it at once
-        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
-        pending = self._pending(task, args, kwargs, at)
-        held = self._held(app, pending)
+        result, pending = self._prepare(task, args, kwargs)
         task_id = app.push_pending(pending)
         assert task_id is not None  # not a unique job: a push always has an id
-        result = self._enqueued(task, task_id, args, kwargs, at)
-        if not task_enqueued.receivers:
-            return result
+        object.__setattr__(result, "id", task_id)
+        held = self._held(app, pending)
         if held is not None:  # sent after the push, on commit; never on rollback
             held(lambda: task_enqueued.send(type(self), task_result=result))
         else:
@@ -684,16 +698,13 @@ class TidingsBackend(BaseTaskBackend):
 
     async def aenqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
         """Async twin of :meth:`enqueue`: the push on the event loop."""
-        self._validate(task)
         app = self._app()
-        at = time.time()
-        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
-        pending = self._pending(task, args, kwargs, at)
+        result, pending = self._prepare(task, args, kwargs)
         if self._held(app, pending) is not None:
             return self.enqueue(task, args, kwargs)  # held until commit: no I/O now
         task_id = await app.push_pending_async(pending)
         assert task_id is not None
-        result = self._enqueued(task, task_id, args, kwargs, at)
+        object.__setattr__(result, "id", task_id)
         await task_enqueued.asend(type(self), task_result=result)
         return result
 
