@@ -66,8 +66,7 @@ def script(page: str, here: Path) -> tuple[str, str]:
         elif first.startswith("# python manage.py shell"):
             shell_input = text
             steps.append(
-                "timeout 120 python manage.py shell < "
-                + shlex.quote(str(here / "shell.py"))
+                "timeout 120 python manage.py shell < " + shlex.quote(str(here / "shell.py"))
             )
     return "\n".join(steps) + "\n", shell_input
 

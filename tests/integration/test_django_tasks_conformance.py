@@ -476,3 +476,72 @@ def test_a_task_past_its_timeout_option_fails_with_the_timeout_recorded(
     while "finished FAILED" not in signals_of(site, result.id):
         assert time.monotonic() < end, signals_of(site, result.id)
         time.sleep(0.05)
+
+
+# -- tidings extensions: per-task options (not Django's API; TidingsBackend only) --------
+
+
+def test_task_keyword_options_reach_the_worker(backend_of: Callable[[Any, str], Any]) -> None:
+    from django_tasks import TaskResultStatus
+
+    from tests.integration.django_tasks_site import tasks
+    from tidings.contrib.django.tasks import TidingsTask
+
+    assert isinstance(tasks.third_time_lucky, TidingsTask)
+    assert tasks.third_time_lucky.tidings_options() == {"tries": 3, "backoff": 0}
+    # "on_commit" has no tries in OPTIONS (one run); the task's own tries=3 wins.
+    result = finished(tasks.third_time_lucky.enqueue(uuid4().hex[:8]))
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 3
+    assert len(result.errors) == 2 and len(result.worker_ids) == 3
+
+
+def test_stacked_tidings_options_set_the_timeout(backend_of: Callable[[Any, str], Any]) -> None:
+    from django_tasks import TaskResultStatus
+
+    from tests.integration.django_tasks_site import tasks
+
+    # "on_commit" has no timeout: the decorator's 0.5 s fails the 5 s sleep.
+    task = backend_of(tasks.sleeps_with_own_timeout, "on_commit")
+    t0 = time.monotonic()
+    result = finished(task.enqueue(5))
+    assert result.status == TaskResultStatus.FAILED
+    assert "Timeout" in result.errors[0].exception_class_path
+    assert time.monotonic() - t0 < 4.5
+
+
+def test_per_task_after_commit_and_result_ttl(
+    site: dict[str, str], backend_of: Callable[[Any, str], Any]
+) -> None:
+    from django.db import transaction
+    from django_tasks.exceptions import TaskResultDoesNotExist
+
+    from tests.integration.django_tasks_site import tasks
+    from tidings.contrib.django import get_app
+
+    task = backend_of(tasks.add_after_commit, "tidings")  # OPTIONS: no after_commit
+    with transaction.atomic():
+        held = task.enqueue(2, 3)
+        with pytest.raises(TaskResultDoesNotExist):
+            task.get_result(held.id)
+    assert finished(held).return_value == 5
+    rq = get_app().queue_for(None)
+    ttl_ms = rq.client.pttl(rq.keys("default").result(held.id))
+    assert 0 < ttl_ms <= 120_000  # the task's result_ttl_s, not the alias's 600
+
+
+def test_bad_per_task_options_are_refused_naming_the_option(site: dict[str, str]) -> None:
+    from django_tasks import task
+
+    from tidings.contrib.django.tasks import tidings_options
+    from tidings.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="retries"):
+        tidings_options(retries=3)
+    with pytest.raises(ConfigurationError, match="tries=0"):
+        task(backend="tidings", tries=0)(_module_level_add)
+    with pytest.raises(ConfigurationError, match="above @task"):
+        tidings_options(tries=2)(_module_level_add)
+
+
+def _module_level_add(a: int, b: int) -> int:
+    return a + b

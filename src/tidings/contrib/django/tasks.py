@@ -214,6 +214,96 @@ class _Records:
         return self.state(await pipe.execute())
 
 
+_TASK_OPTIONS = ("tries", "backoff", "timeout", "after_commit", "result_ttl_s")
+
+
+def _check_task_options(where: str, options: Mapping[str, Any]) -> None:
+    """Refuse a per-task option tidings cannot use, naming the task and the option.
+
+    Raises:
+        ConfigurationError: an unknown name or a value of the wrong kind.
+    """
+    unknown = sorted(set(options) - set(_TASK_OPTIONS))
+    if unknown:
+        raise ConfigurationError(
+            f"{where}: unknown tidings task options {unknown}; the options are "
+            f"{list(_TASK_OPTIONS)} (retries: tries=N)"
+        )
+
+    def number(v: Any) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+
+    checks: dict[str, tuple[Any, str]] = {
+        "tries": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                  "an int >= 1"),
+        "backoff": (lambda v: number(v) or (isinstance(v, list | tuple) and all(map(number, v))),
+                    "seconds, or a list of seconds per retry"),
+        "timeout": (lambda v: number(v) and v > 0, "seconds > 0"),
+        "after_commit": (lambda v: isinstance(v, bool), "True or False"),
+        "result_ttl_s": (lambda v: number(v) and v > 0, "seconds > 0"),
+    }  # fmt: skip
+    for name, value in options.items():
+        ok, wanted = checks[name]
+        if value is not None and not ok(value):
+            raise ConfigurationError(f"{where}: {name}={value!r} must be {wanted}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TidingsTask(Task[Any, Any]):
+    """The ``Task`` of a task on :class:`TidingsBackend` (its ``task_class``): Django's
+    fields plus tidings' per-task options, so ``@task(tries=5, timeout=30)`` works
+    where Django passes extra ``@task`` keyword arguments to the backend's task class
+    (the ``django-tasks`` backport does; Django 6's ``@task`` takes none: stack
+    :func:`tidings_options` there). ``None``: the backend's ``OPTIONS`` decide."""
+
+    tries: int | None = None
+    backoff: float | list[float] | None = None
+    timeout: float | None = None
+    after_commit: bool | None = None
+    result_ttl_s: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_task_options(
+            f"task {self.func.__module__}.{self.func.__qualname__}", self.tidings_options()
+        )
+        Task.__post_init__(self)  # slots=True: a new class, so no zero-argument super()
+
+    def tidings_options(self) -> dict[str, Any]:
+        """The options this task sets (the others come from the backend's ``OPTIONS``)."""
+        found = {name: getattr(self, name) for name in _TASK_OPTIONS}
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in found.items()
+                if v is not None}  # fmt: skip
+
+
+def tidings_options(**options: Any) -> Any:
+    """Per-task tidings options, on any Django version: stack it above ``@task``::
+
+        @tidings_options(tries=5, backoff=[1, 10, 60], timeout=30, after_commit=True,
+                         result_ttl_s=3600)
+        @task(priority=10)
+        def send_receipt(order_id: int) -> str: ...
+
+    Options it does not name come from the backend's ``OPTIONS``.
+
+    Raises:
+        ConfigurationError: an unknown option or a value of the wrong kind.
+    """
+    _check_task_options("tidings_options()", options)
+
+    def apply(found: Task[Any, Any]) -> TidingsTask:
+        if not isinstance(found, Task):
+            raise ConfigurationError(
+                "tidings_options() decorates a Django task: put it above @task"
+            )
+        fields = {f: getattr(found, f) for f in ("func", "priority", "backend", "queue_name",
+                                                 "run_after", "takes_context")}  # fmt: skip
+        if isinstance(found, TidingsTask):
+            fields.update(found.tidings_options())
+        return TidingsTask(**{**fields, **options})
+
+    return apply
+
+
 _TASKS: dict[tuple[int, str, str, str, int], Task[Any, Any]] = {}
 _OPTIONS: dict[tuple[str, str], tuple[dict[str, Any], _TaskOptions]] = {}
 
@@ -595,6 +685,7 @@ class TidingsBackend(BaseTaskBackend):
     commits; default: the App's), ``connection`` (a named tidings connection).
     """
 
+    task_class = TidingsTask
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
@@ -640,6 +731,7 @@ class TidingsBackend(BaseTaskBackend):
             queue_name=task.queue_name,
             task_priority=task.priority,
             enqueued_at=at,
+            overrides=(task.tidings_options() or None) if isinstance(task, TidingsTask) else None,
         )
         pending = PendingDispatch(job).on_queue(task.queue_name)
         if task.priority:
