@@ -18,8 +18,9 @@ Every backend runs the same no-op task (``benchmarks/_django_noop.py``) through
 ``noop.enqueue(i)``. Enqueue: N calls in one process. Drain: N over the time from the
 first task's ``started_at`` to the last one's ``finished_at``, as each backend's
 ``get_result()`` reports them (the worker's start-up is left out; its whole wall time is
-printed too). The last task's ``get_result()`` must be SUCCESSFUL, or the row says so. ``django-tasks-redis`` is not
-here: every release needs Python >= 3.12 (this machine has 3.11).
+printed too). The last task's ``get_result()`` must be SUCCESSFUL, or the row says so.
+``django-tasks-redis`` is not here: every release needs Python >= 3.12 (this machine has
+3.11).
 """
 
 from __future__ import annotations
