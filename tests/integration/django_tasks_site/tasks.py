@@ -7,9 +7,13 @@ import asyncio
 import os
 from typing import Any
 
-from django_tasks import TaskContext, task
-from django_tasks.signals import task_enqueued, task_finished, task_started
-
+from tests.integration.django_tasks_site.api import (
+    TaskContext,
+    task,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
 from tidings.contrib.django.tasks import tidings_options
 
 

@@ -41,7 +41,7 @@ import traceback
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import orjson
 from django.utils import timezone
@@ -248,8 +248,14 @@ def _check_task_options(where: str, options: Mapping[str, Any]) -> None:
             raise ConfigurationError(f"{where}: {name}={value!r} must be {wanted}")
 
 
+if TYPE_CHECKING:
+    _TaskBase: TypeAlias = Task[Any, Any]
+else:  # Django 6's Task is not subscriptable at run time (the backport's is)
+    _TaskBase = Task
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TidingsTask(Task[Any, Any]):
+class TidingsTask(_TaskBase):
     """The ``Task`` of a task on :class:`TidingsBackend` (its ``task_class``): Django's
     fields plus tidings' per-task options, so ``@task(tries=5, timeout=30)`` works
     where Django passes extra ``@task`` keyword arguments to the backend's task class
