@@ -91,3 +91,5 @@ BATCH_ADD = _declare("batch_add")
 BATCH_RECORD = _declare("batch_record")
 BATCH_CANCEL = _declare("batch_cancel")
 BATCH_RETRY = _declare("batch_retry")
+# -- Django's Tasks API (tidings.contrib.django.tasks): a task's record of failures -------
+DJTASK_RECORD = _declare("djtask_record")

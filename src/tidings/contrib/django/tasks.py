@@ -39,6 +39,7 @@ import socket
 import time
 import traceback
 import types
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -65,6 +66,7 @@ from tidings.errors import ConfigurationError, JobCancelled, PayloadRejected, Re
 from tidings.jobs.job import Job, PendingDispatch, current_run, option
 from tidings.observability.lifecycle import JobWasCancelled
 from tidings.observability.redaction import redact
+from tidings.redis import scripts
 from tidings.wire import serializer
 from tidings.wire.envelope import open_envelope
 from tidings.wire.results import open_result
@@ -142,27 +144,31 @@ class _Records:
         self.ttl_ms = int(ttl_s * 1000)
 
     def key(self, task_id: str) -> str:
-        return f"{self.rq.prefix}:djtask:{task_id}"
+        """The record hash; its lists are ``…:w`` and ``…:e`` (one hash tag: a Cluster
+        slot)."""
+        return f"{self.rq.prefix}:djtask:{{{task_id}}}"
 
-    def _write(
+    def _script(
         self,
-        pipe: Any,
         task_id: str,
         fields: dict[str, str],
         error: str | None,
         worker_id: str | None,
         started_at: str | None,
-    ) -> None:
+        only_unset: bool = False,
+    ) -> tuple[list[str], list[scripts.Arg]]:
         key = self.key(task_id)
-        if error is not None:
-            pipe.rpush(f"{key}:e", error)
-        if worker_id is not None:
-            pipe.rpush(f"{key}:w", worker_id)
-        if started_at is not None:
-            pipe.hsetnx(key, "started_at", started_at)
-        pipe.hset(key, mapping=fields)
-        for name in (key, f"{key}:w", f"{key}:e"):
-            pipe.pexpire(name, self.ttl_ms)
+        args: list[scripts.Arg] = [
+            self.ttl_ms,
+            uuid.uuid4().hex,  # this write's token: a re-sent call changes nothing
+            worker_id or "",
+            error or "",
+            started_at or "",
+            "1" if only_unset else "0",
+        ]
+        for name, value in fields.items():
+            args += [name, value]
+        return [key, f"{key}:w", f"{key}:e"], args
 
     def read_commands(self, pipe: Any, task_id: str) -> None:
         key = self.key(task_id)
@@ -187,9 +193,8 @@ class _Records:
         worker_id: str | None = None,
         started_at: str | None = None,
     ) -> None:
-        pipe = self.rq.client.pipeline(transaction=False)
-        self._write(pipe, task_id, fields, error, worker_id, started_at)
-        pipe.execute()
+        keys, args = self._script(task_id, fields, error, worker_id, started_at)
+        scripts.DJTASK_RECORD.call(self.rq.client, keys, args)
 
     async def awrite(
         self,
@@ -198,10 +203,10 @@ class _Records:
         error: str | None = None,
         worker_id: str | None = None,
         started_at: str | None = None,
+        only_unset: bool = False,
     ) -> None:
-        pipe = self.rq.aclient().pipeline(transaction=False)
-        self._write(pipe, task_id, fields, error, worker_id, started_at)
-        await pipe.execute()
+        keys, args = self._script(task_id, fields, error, worker_id, started_at, only_unset)
+        await scripts.DJTASK_RECORD.acall(self.rq.aclient(), keys, args)
 
     def read(self, task_id: str) -> dict[str, str]:
         pipe = self.rq.client.pipeline(transaction=False)
@@ -660,14 +665,9 @@ async def _record_cancel(event: JobWasCancelled) -> None:
             return
     except Exception:  # not a task (or not importable here): nothing to record
         return
-    records = _Records(app, DEFAULT_RESULT_TTL_S, None)
-    pipe = records.rq.aclient().pipeline(transaction=False)
-    key = records.key(event.job_id)
-    for name_, value in (("task", function), ("queue", event.queue), ("finished_at", _now())):
-        pipe.hsetnx(key, name_, value)
-    pipe.hset(key, "status", str(_FAILED))
-    pipe.pexpire(key, records.ttl_ms)
-    await pipe.execute()
+    fields = {"task": function, "queue": event.queue, "status": str(_FAILED)}
+    fields["finished_at"] = _now()
+    await _Records(app, DEFAULT_RESULT_TTL_S, None).awrite(event.job_id, fields, only_unset=True)
 
 
 def listen_for_cancels(app: App) -> None:
