@@ -126,6 +126,8 @@ def queue_pattern(prefix: str) -> str:
 #   {prefix}:throttle:{<key>}            ThrottlesExceptions counter
 #   {prefix}:schedule:{lease}            scheduler lease: the token of the leading worker
 #   {prefix}:queues                      set: queue names workers listened on (for monitor)
+#   {prefix}:djtask:{<id>}               hash (+ :w, :e lists): a Django task's failed attempts
+#                                        and cancel (tidings.contrib.django.tasks)
 
 
 def once_key(prefix: str, queue: str, job_id: str) -> str:

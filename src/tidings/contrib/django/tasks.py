@@ -24,8 +24,10 @@ a successful run's ``TaskResult`` (its start, finish, worker id and return value
 job's stored result, written by the ack that finishes the job. ``get_result`` derives
 the rest from what tidings keeps: the envelope (waiting or running), the reservation
 (RUNNING), the failed store (FAILED), the cancel mark. Only a failed attempt, a final
-failure and a cancel write a small record, ``{prefix}:djtask:{id}`` (a hash with lists
-of the earlier attempts' worker ids and errors), kept ``result_ttl_s`` (a day).
+failure and a cancel write a small record, ``{prefix}:djtask:{<id>}`` (a hash with lists
+of the earlier attempts' worker ids and errors; one Lua move, ``djtask_record``), kept
+``result_ttl_s`` (a day). Per-task options: ``@task(tries=..., timeout=...)`` (the
+backend's ``task_class`` is :class:`TidingsTask`) or a stacked :func:`tidings_options`.
 """
 
 from __future__ import annotations
