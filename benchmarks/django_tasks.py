@@ -7,11 +7,13 @@ One throwaway redis-server (``benchmarks/_redis.py``), Django 5.2 with the
 :class:`~tidings.worker.worker.Worker` (``--concurrency 16``). Each round measures, in
 turn, for N no-op bodies:
 
-* enqueue: ``noop.enqueue(i)`` through ``TidingsBackend`` (a push and the task record)
+* enqueue: ``noop.enqueue(i)`` through ``TidingsBackend`` (one push)
   vs ``Noop(i).with_result().dispatch()`` (a push);
-* drain: the worker emptying each queue (the task path also writes the record twice).
+* drain: the worker emptying each queue (a task's outcome is its job result, written by
+  the ack; the dispatch path keeps its result too: ``with_result()``).
 
-The medians are printed side by side with the ratio (goal: >= 0.9 both ways).
+The rounds alternate which path goes first; medians, spreads (min-max) and the ratio of
+each round are printed side by side (goal: >= 0.9 both ways).
 """
 
 from __future__ import annotations
@@ -78,6 +80,26 @@ def drain(app: Any) -> float:
     return asyncio.run(main())
 
 
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):9.0f}/s ({min(values):.0f}-{max(values):.0f})"
+
+
+def report(figures: dict[str, list[float]], n: int, rounds: int, names: tuple[str, str]) -> None:
+    """Medians with spreads (min-max over rounds) and the ratio of medians, and of each
+    round (the rounds alternate, so a round's ratio compares neighbours in time)."""
+    task, base = names
+    print(f"{n} no-op bodies, {rounds} rounds alternating, one worker (concurrency 16)")
+    for what in ("enq", "drain"):
+        t, j = figures[f"t_{what}"], figures[f"j_{what}"]
+        per_round = [a / b for a, b in zip(t, j, strict=True)]
+        print(
+            f"{what:>7}: {task} {_spread(t)}   {base} {_spread(j)}   "
+            f"ratio of medians {statistics.median(t) / statistics.median(j):.2f}, per round "
+            + " ".join(f"{r:.2f}" for r in per_round)
+            + " (goal >= 0.9)"
+        )
+
+
 def run(url: str, n: int, rounds: int) -> None:
     prefix = f"bench24-{os.getpid()}"
     app, noop_task, noop_job = setup_django(url, prefix)
@@ -87,33 +109,28 @@ def run(url: str, n: int, rounds: int) -> None:
             noop_task.enqueue(i)
             noop_job(i).with_result().dispatch()
         drain(app)
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            for i in range(n):
-                noop_job(i).with_result().dispatch()
-            figures["j_enq"].append(n / (time.perf_counter() - t0))
-            figures["j_drain"].append(n / drain(app))
-            t0 = time.perf_counter()
-            for i in range(n):
-                noop_task.enqueue(i)
-            figures["t_enq"].append(n / (time.perf_counter() - t0))
-            figures["t_drain"].append(n / drain(app))
+        for r in range(rounds):
+            # Alternate which path goes first, so a drift in the machine's load hits both.
+            order = ("j", "t") if r % 2 == 0 else ("t", "j")
+            for who in order:
+                t0 = time.perf_counter()
+                if who == "j":
+                    for i in range(n):
+                        noop_job(i).with_result().dispatch()
+                else:
+                    for i in range(n):
+                        noop_task.enqueue(i)
+                figures[f"{who}_enq"].append(n / (time.perf_counter() - t0))
+                figures[f"{who}_drain"].append(n / drain(app))
     finally:
         delete_prefix(app.queue_for(None).client, prefix)
-    med = {k: statistics.median(v) for k, v in figures.items()}
-    print(f"{n} no-op bodies, median of {rounds} rounds, one worker (concurrency 16)")
-    for what in ("enq", "drain"):
-        t, j = med[f"t_{what}"], med[f"j_{what}"]
-        print(
-            f"{what:>7}: django.tasks {t:9.0f}/s   tidings dispatch {j:9.0f}/s   "
-            f"ratio {t / j:.2f} (goal >= 0.9)"
-        )
+    report(figures, n, rounds, ("django.tasks", "tidings dispatch"))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=10000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     a = parser.parse_args()
     with bench_redis() as server:
         run(server.url, a.tasks, a.rounds)

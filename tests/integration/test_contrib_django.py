@@ -233,7 +233,9 @@ def test_notify_worker_finds_the_django_app(project: Path, redis_url: str, prefi
 def test_async_jobs_close_stale_connections_in_the_orm_thread(
     project: Path, redis_url: str, prefix: str
 ) -> None:
-    out = _run(project, """
+    out = _run(
+        project,
+        """
         import asyncio
         from asgiref.sync import sync_to_async
         from django.db import connections
@@ -259,7 +261,10 @@ def test_async_jobs_close_stale_connections_in_the_orm_thread(
             wrapped = await CloseOldConnections().handle(AsyncJob(), job)
             print(wrapped, await sync_to_async(is_open, thread_sensitive=True)())
         asyncio.run(main())
-    """, redis_url, prefix)
+    """,
+        redis_url,
+        prefix,
+    )
     assert out.splitlines() == ["True True", "True False"]
 
 
@@ -268,13 +273,18 @@ def test_without_the_app_the_worker_says_what_to_add(
 ) -> None:
     settings = project / "djsite" / "settings.py"
     settings.write_text(settings.read_text().replace('"tidings.contrib.django",', ""))
-    out = _run(project, """
+    out = _run(
+        project,
+        """
         from tidings.cli.main import load_app
         from tidings.errors import ConfigurationError
         try:
             load_app(None)
         except ConfigurationError as exc:
             print(exc)
-    """, redis_url, prefix)
+    """,
+        redis_url,
+        prefix,
+    )
     assert "add 'tidings.contrib.django' to INSTALLED_APPS" in out
     assert "notify-worker -A" in out

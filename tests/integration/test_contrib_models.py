@@ -432,9 +432,7 @@ def test_a_queued_function_takes_after_commit(app: App, db: sessionmaker[Any]) -
     assert SEEN == [("fn", "kept@example.org", "")]
 
 
-def test_a_session_dropped_without_close_is_not_kept_alive(
-    app: App, db: sessionmaker[Any]
-) -> None:
+def test_a_session_dropped_without_close_is_not_kept_alive(app: App, db: sessionmaker[Any]) -> None:
     import gc
     import weakref
 

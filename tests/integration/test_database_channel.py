@@ -153,7 +153,9 @@ def test_table_created_on_first_use_and_db_upgrade(
     assert redis_line.startswith("Redis: ") and prefix in redis_line
     assert answer.startswith("Created table notifications in ")
     again = CliRunner().invoke(main, ["-A", spec, "db", "upgrade"], env=env)
-    assert again.output.split("\n", 1)[1].startswith("Up to date: table notifications"), again.output
+    assert again.output.split("\n", 1)[1].startswith("Up to date: table notifications"), (
+        again.output
+    )
     pruned = CliRunner().invoke(main, ["-A", spec, "db", "prune", "--days", "1"], env=env)
     assert pruned.output.split("\n", 1)[1] == "Deleted 0 notifications older than 1 days.\n", (
         pruned.output

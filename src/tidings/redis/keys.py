@@ -129,6 +129,8 @@ def queue_pattern(prefix: str) -> str:
 #   {prefix}:throttle:{<key>}            ThrottlesExceptions counter
 #   {prefix}:schedule:{lease}            scheduler lease: the token of the leading worker
 #   {prefix}:queues                      set: queue names workers listened on (for monitor)
+#   {prefix}:djtask:{<id>}               hash (+ :w, :e lists): a Django task's failed attempts
+#                                        and cancel (tidings.contrib.django.tasks)
 
 
 def digest_base(prefix: str, queue: str, name: str) -> str:

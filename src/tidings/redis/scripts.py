@@ -97,3 +97,5 @@ BROADCAST_PUBLISH = _declare("broadcast_publish")
 NOTIFY_ONCE_PER = _declare("notify_once_per")
 DIGEST_ADD = _declare("digest_add")
 DIGEST_CLAIM = _declare("digest_claim")
+# -- Django's Tasks API (tidings.contrib.django.tasks): a task's record of failures -------
+DJTASK_RECORD = _declare("djtask_record")

@@ -185,6 +185,8 @@ class _Encoder:
                 return value
         elif cls in _DATACLASSES:  # a dataclass met before (so no other tag applies)
             return self._guarded(self._dataclass, value, cls)
+        elif cls is list or cls is dict:  # exact built-in containers: no tag applies
+            return self._guarded(self._container, value, cls)
         if value is None or isinstance(value, bool):
             return value
         if isinstance(value, str) and not isinstance(value, enum.Enum):

@@ -3,19 +3,21 @@
 The tidings App takes its Redis URL, key and prefix from the ``TIDINGS_*`` environment.
 """
 
+from tests.integration.django_tasks_site.api import APPS, IMMEDIATE
+
 SECRET_KEY = "conformance-only-not-a-secret"
 USE_TZ = True
-INSTALLED_APPS = ["django_tasks", "tidings.contrib.django"]
+INSTALLED_APPS = [*APPS, "tidings.contrib.django"]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 TIDINGS: dict[str, object] = {}
 QUEUES = ["default", "emails", "lanes"]
 TASKS = {
     "default": {
-        "BACKEND": "django_tasks.backends.immediate.ImmediateBackend",
+        "BACKEND": IMMEDIATE,
         "QUEUES": QUEUES,
     },
     "immediate": {
-        "BACKEND": "django_tasks.backends.immediate.ImmediateBackend",
+        "BACKEND": IMMEDIATE,
         "QUEUES": QUEUES,
     },
     "tidings": {

@@ -7,8 +7,14 @@ import asyncio
 import os
 from typing import Any
 
-from django_tasks import TaskContext, task
-from django_tasks.signals import task_enqueued, task_finished, task_started
+from tests.integration.django_tasks_site.api import (
+    TaskContext,
+    task,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
+from tidings.contrib.django.tasks import tidings_options
 
 
 @task()
@@ -70,6 +76,34 @@ def record(lane: str, label: str) -> str:
     with open(os.path.join(os.environ["CONFORMANCE_DIR"], lane), "a") as out:
         out.write(label + "\n")
     return label
+
+
+# -- per-task tidings options (tidings extensions) ----------------------------------------
+
+
+@task(backend="on_commit", tries=3, backoff=0)  # the backport passes these to TidingsTask
+def third_time_lucky(context_free: str) -> int:
+    """Fails on its first two runs (counted in a file), succeeds on the third."""
+    path = os.path.join(os.environ["CONFORMANCE_DIR"], f"lucky-{context_free}")
+    with open(path, "a") as out:
+        out.write("x")
+    with open(path) as counted:
+        runs = len(counted.read())
+    if runs < 3:
+        raise RuntimeError(f"run {runs} fails")
+    return runs
+
+
+@tidings_options(timeout=0.5)  # Django 6's @task takes no extra keywords: stack this
+@task()
+async def sleeps_with_own_timeout(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+@tidings_options(after_commit=True, result_ttl_s=120)
+@task()
+def add_after_commit(a: int, b: int) -> int:
+    return a + b
 
 
 def _note_signal(name: str) -> Any:

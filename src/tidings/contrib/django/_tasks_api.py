@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # checked against the backport (django-stubs has django.tasks
     from django_tasks.base import Task, TaskError
     from django_tasks.exceptions import TaskResultDoesNotExist
     from django_tasks.signals import task_enqueued, task_finished, task_started
+    from django_tasks.utils import normalize_json
 
     SOURCE = "django_tasks"
 else:
@@ -38,6 +39,7 @@ else:
             task_finished,
             task_started,
         )
+        from django.utils.json import normalize_json
 
         SOURCE = "django.tasks"
     except ImportError:  # the backport
@@ -46,6 +48,7 @@ else:
         from django_tasks.base import Task, TaskError
         from django_tasks.exceptions import TaskResultDoesNotExist
         from django_tasks.signals import task_enqueued, task_finished, task_started
+        from django_tasks.utils import normalize_json
 
         SOURCE = "django_tasks"
 
@@ -58,6 +61,7 @@ __all__ = [
     "TaskResult",
     "TaskResultDoesNotExist",
     "TaskResultStatus",
+    "normalize_json",
     "task_enqueued",
     "task_finished",
     "task_started",

@@ -186,7 +186,23 @@ def app_from_settings() -> App:
     app.job_middleware.append(CloseOldConnections())
     _app = app
     discover_listeners(app)
+    _listen_for_task_cancels(app)
     return app
+
+
+def _listen_for_task_cancels(app: App) -> None:
+    """Record cancelled Django tasks when ``TASKS`` names the tidings backend."""
+    from django.conf import settings
+
+    tasks = getattr(settings, "TASKS", None) or {}
+    if any(
+        str(c.get("BACKEND", "")).startswith("tidings.contrib.django.tasks")
+        for c in tasks.values()
+        if isinstance(c, dict)
+    ):
+        from tidings.contrib.django.tasks import listen_for_cancels
+
+        listen_for_cancels(app)
 
 
 def get_app() -> App:
