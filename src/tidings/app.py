@@ -24,6 +24,8 @@ from tidings.events.call_queued import CallQueuedListener
 from tidings.events.dispatcher import Dispatcher, EventKey, ListenerLike, QueuedTarget
 from tidings.events.listener import QueuedFunction, set_current_dispatcher_provider
 from tidings.jobs.compose import prepare
+from tidings.jobs.groups import group_of
+from tidings.moves.groups import Groups
 from tidings.jobs.job import Job, PendingDispatch, option
 from tidings.moves.queues import RedisQueue
 from tidings.observability import redaction, tracing
@@ -212,6 +214,13 @@ class App:
 
             self._database = NotificationStore(self.settings.database_url)
         return self._database
+
+    @property
+    def groups(self) -> Groups:
+        """Fair groups within a queue: ``limit``, ``pause``, ``resume``, ``list``, ``show``
+        (docs/groups.md); on the default connection, the ``default`` queue unless a call
+        names another."""
+        return Groups(lambda: self.queue_for(None).client, self.queue_for(None).keys, "default")
 
     @property
     def retry_after_s(self) -> float:
@@ -460,10 +469,11 @@ class App:
                 return None
             warn_blocking()
             return push_guarded(self, pending, guard)
+        group = group_of(pending)
         rq, queue, job_id, envelope, delay, priority = self._prepared(pending)
 
         def push() -> None:
-            rq.push(queue, [(job_id, envelope)], delay, priority)
+            rq.push(queue, [(job_id, envelope)], delay, priority, group)
             self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
 
         if defer is not None:
@@ -481,8 +491,9 @@ class App:
         guard = guard_for(pending.job)
         if guard is not None:
             return await push_guarded_async(self, pending, guard)
+        group = group_of(pending)
         rq, queue, job_id, envelope, delay, priority = self._prepared(pending)
-        await rq.push_async(queue, [(job_id, envelope)], delay, priority)
+        await rq.push_async(queue, [(job_id, envelope)], delay, priority, group)
         self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
         return job_id
 
@@ -501,11 +512,12 @@ class App:
                 guarded[len(ids)] = GuardedPush(self, pending, guard)
                 ids.append(None)
                 continue
+            group = group_of(pending)  # fair groups: one push per (queue, group)
             rq, queue, job_id, envelope, delay, priority = self._prepared(pending)
             later = self._deferrer(pending)
             target = groups if later is None else held
             defer = later or defer
-            key = (id(rq), rq, queue, delay, priority)
+            key = (id(rq), rq, queue, delay, priority, group)
             target.setdefault(key, []).append((job_id, envelope))
             ids.append(job_id)
         if defer is not None and held:
@@ -514,9 +526,9 @@ class App:
 
     @staticmethod
     def _push_groups(groups: dict[Any, list[tuple[str, bytes]]], batch_size: int) -> None:
-        for (_, rq, queue, delay, priority), items in groups.items():
+        for (_, rq, queue, delay, priority, group), items in groups.items():
             for start in range(0, len(items), batch_size):
-                rq.push(queue, items[start : start + batch_size], delay, priority)
+                rq.push(queue, items[start : start + batch_size], delay, priority, group)
 
     def dispatch_many(
         self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000
@@ -541,9 +553,11 @@ class App:
     ) -> list[str]:
         """Async twin of :meth:`dispatch_many`."""
         ids, groups, guarded = self._grouped(jobs)
-        for (_, rq, queue, delay, priority), items in groups.items():
+        for (_, rq, queue, delay, priority, group), items in groups.items():
             for start in range(0, len(items), batch_size):
-                await rq.push_async(queue, items[start : start + batch_size], delay, priority)
+                await rq.push_async(
+                    queue, items[start : start + batch_size], delay, priority, group
+                )
         for at, push in guarded.items():
             ids[at] = await push.push_async()
         return [i for i in ids if i is not None]

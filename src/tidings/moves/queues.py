@@ -348,14 +348,23 @@ class RedisQueue:
     # -- producing -------------------------------------------------------------------
 
     def _push_move(
-        self, queue: str, items: Sequence[tuple[str, bytes]], delay_s: float, priority: int = 0
+        self,
+        queue: str,
+        items: Sequence[tuple[str, bytes]],
+        delay_s: float,
+        priority: int = 0,
+        group: str | None = None,
     ) -> tuple[scripts.LuaScript, list[str], list[scripts.Arg]]:
         """The script, keys and arguments of a push (``later`` when delayed,
-        ``push_priority`` for a priority other than 0)."""
+        ``push_priority`` for a priority other than 0, ``push_group`` for a fair group)."""
         k = self.keys(queue)
         args: list[scripts.Arg] = []
         for job_id, envelope in items:
             args += (job_id, envelope)
+        if group is not None:  # fair groups (tidings.moves.groups)
+            keys = [k.jobs, k.done, k.failed, k.attempts, k.notify, k.delayed]
+            keys += [k.gon, k.gring, k.gcfg, k.pseq]
+            return scripts.PUSH_GROUP, keys, [group, int(delay_s * 1000), priority, *args]
         if delay_s > 0:
             return (
                 scripts.LATER,
@@ -377,13 +386,14 @@ class RedisQueue:
         items: Sequence[tuple[str, bytes]],
         delay_s: float = 0.0,
         priority: int = 0,
+        group: str | None = None,
     ) -> None:
         """Push ``(id, envelope)`` items in one round trip, at ``priority`` (-100..100).
 
         Raises:
             QueueUnavailable: Redis could not be reached; nothing was written.
         """
-        script, keys, args = self._push_move(queue, items, delay_s, priority)
+        script, keys, args = self._push_move(queue, items, delay_s, priority, group)
         with _guard(f"push to {queue!r}"):
             self.produce(queue, script, keys, args)
 
@@ -455,9 +465,10 @@ class RedisQueue:
         items: Sequence[tuple[str, bytes]],
         delay_s: float = 0.0,
         priority: int = 0,
+        group: str | None = None,
     ) -> None:
         """Async twin of :meth:`push`."""
-        script, keys, args = self._push_move(queue, items, delay_s, priority)
+        script, keys, args = self._push_move(queue, items, delay_s, priority, group)
         async with _aguard(f"push to {queue!r}"):
             await self.aproduce(queue, script, keys, args)
 
