@@ -198,6 +198,7 @@ def test_an_emptied_group_leaves_no_key_behind(app: App, r: redis.Redis) -> None
 # -- garbage ---------------------------------------------------------------------------------
 
 
+@pytest.mark.topologies
 def test_garbage_in_one_group_fails_only_that_groups_pop_with_an_error_naming_it(
     app: App, r: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -231,3 +232,37 @@ def test_a_garbage_limit_is_reported_for_its_group_only(
         work(app)
     assert RUNS == ["ok"]
     assert any("'odd'" in rec.getMessage() and "c:odd" in rec.getMessage() for rec in caplog.records)
+
+
+# -- scale and topologies ----------------------------------------------------------------
+
+
+@dataclass
+class Nop(Job):
+    def handle(self) -> None:
+        pass
+
+
+def test_100000_one_job_groups_drain_and_leave_no_key(app: App, r: redis.Redis) -> None:
+    n = 100_000
+    app.dispatch_many(Nop().on_group(f"t{i}") for i in range(n))
+    k = keys(app)
+    assert r.zcard(k.gring) == n
+    work(app, concurrency=64, timeout_s=600)
+    assert r.zcard(k.done) > 0 and r.hlen(k.jobs) == 0
+    assert group_keys(r, app) == []
+    assert not r.exists(k.gstat)
+
+
+@pytest.mark.topologies
+def test_round_robin_limits_and_cleanup_on_every_topology(app: App, r: redis.Redis) -> None:
+    # Every group key carries the queue's hash tag: one slot on Redis Cluster.
+    app.groups.limit("big", concurrency=1)
+    for i in range(6):
+        Note(f"big{i}").on_group("big").dispatch()
+    Note("small").on_group("small").dispatch()
+    Note("late").on_group("small").delay(0.1).dispatch()
+    work(app, concurrency=4)
+    assert sorted(RUNS) == sorted([f"big{i}" for i in range(6)] + ["small", "late"])
+    assert RUNS.index("small") <= 1
+    assert group_keys(r, app) == [keys(app).gcfg]  # only the setting stays
