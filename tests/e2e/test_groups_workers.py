@@ -73,3 +73,25 @@ def test_the_slot_of_a_sigkilled_worker_comes_back_when_its_lease_ends(e: Env) -
     info = e.app.groups.show("solo")
     assert (info.ready, info.running) == (0, 0)
     assert not list(e.r.scan_iter(match=f"{e.prefix}:queue:{{default}}:g[:pr]*"))
+
+
+def test_the_groups_cli_sets_limits_pauses_resumes_and_lists_escaped(e: Env) -> None:
+    for i in range(3):
+        GroupSlot(f"a{i}", "acme", 0.0).dispatch()
+    GroupSlot("b0", "beta", 0.0).dispatch()
+    e.cli("groups", "limit", "acme", "--concurrency", "2", "--rate", "120/min")
+    e.cli("groups", "pause", "beta")
+    shown = e.cli("groups", "show", "acme").stdout
+    assert "ready:       3" in shown and "concurrency: 2" in shown and "120/min" in shown
+    listed = e.cli("groups", "list").stdout
+    assert listed.index("acme") < listed.index("beta")  # the bigger backlog first
+    assert "paused" in listed
+    # A group key written by hand with control characters never reaches the terminal raw.
+    hostile = "evil\x1b[2J\x07"
+    e.r.rpush(f"{e.prefix}:queue:{{default}}:g:{hostile}", "0" * 32)
+    out = e.cli("groups", "list", "--json").stdout + e.cli("groups", "list").stdout
+    assert "\x1b" not in out and "\x07" not in out and "evil" in out
+    bad = e.cli("groups", "pause", "bad\nname", check=False)
+    assert bad.returncode != 0 and "control character" in bad.stderr
+    e.cli("groups", "resume", "beta")
+    assert e.app.groups.show("beta").in_turn

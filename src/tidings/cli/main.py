@@ -24,6 +24,7 @@ from tidings._version import __version__
 from tidings.app import App
 from tidings.cli import observe as cli_observe
 from tidings.cli.batches import make_group as make_batches_group
+from tidings.cli.groups import make_group as make_groups_group
 from tidings.cli.db import make_group as make_db_group
 from tidings.errors import QueueUnavailable
 from tidings.observability.lifecycle import (
@@ -602,6 +603,7 @@ def failed_prune(ctx: click.Context, hours: float) -> None:
 
 
 main.add_command(make_batches_group(_app), "batches")
+main.add_command(make_groups_group(_app), "groups")
 cli_observe.register(main, _app)
 main.add_command(make_db_group(_app), "db")
 
