@@ -25,8 +25,8 @@ from tidings.events.dispatcher import Dispatcher, EventKey, ListenerLike, Queued
 from tidings.events.listener import QueuedFunction, set_current_dispatcher_provider
 from tidings.jobs.compose import prepare
 from tidings.jobs.groups import group_of
-from tidings.moves.groups import Groups
 from tidings.jobs.job import Job, PendingDispatch, option
+from tidings.moves.groups import Groups
 from tidings.moves.queues import RedisQueue
 from tidings.observability import redaction, tracing
 from tidings.observability.lifecycle import JobQueued

@@ -24,8 +24,8 @@ from tidings._version import __version__
 from tidings.app import App
 from tidings.cli import observe as cli_observe
 from tidings.cli.batches import make_group as make_batches_group
-from tidings.cli.groups import make_group as make_groups_group
 from tidings.cli.db import make_group as make_db_group
+from tidings.cli.groups import make_group as make_groups_group
 from tidings.errors import QueueUnavailable
 from tidings.observability.lifecycle import (
     JobFailed,

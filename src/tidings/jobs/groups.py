@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GROUP_MAX_BYTES", "check_group", "group_of"]
 
+
 def _call_hook(hook: Any, args: tuple[Any, ...]) -> Any:
     try:
         params = inspect.signature(hook).parameters.values()

@@ -99,7 +99,9 @@ class Groups:
     ``queue`` defaults to the App's default queue everywhere.
     """
 
-    def __init__(self, client: Callable[[], Any], keys: Callable[[str], QueueKeys], default_queue: str):
+    def __init__(
+        self, client: Callable[[], Any], keys: Callable[[str], QueueKeys], default_queue: str
+    ):
         self._client = client
         self._keys = keys
         self._default = default_queue
