@@ -175,3 +175,18 @@ def test_a_slot_leaked_by_a_missed_move_is_taken_back_by_the_next_pop(rq: RedisQ
     r.sadd(k.group("gr", "acme"), "f" * 32)  # an id no longer reserved (left by hand)
     assert len(pop(rq).jobs) == 1
     assert r.scard(k.group("gr", "acme")) == 1
+
+
+def test_a_failed_grouped_job_retried_comes_back_into_its_group(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    rq.push("default", [envelope()], group="acme")
+    [job] = pop(rq).jobs
+    run(rq, lambda b: b.fail(k, job, INFO))
+    assert not r.exists(k.group("g", "acme"), k.group("gr", "acme"))
+    assert rq.retry([job.id]) == 1
+    assert r.lrange(k.group("g", "acme"), 0, -1) == [job.id.encode()]
+    assert r.zrange(k.gring, 0, -1) == [b"acme"] and r.llen(k.ready) == 0
+    assert r.hget(k.attempts, f"{job.id}:g") == b"acme"
+    assert not r.hexists(k.failed_info, f"{job.id}:g")
+    [again] = pop(rq).jobs
+    assert again.id == job.id and r.sismember(k.group("gr", "acme"), job.id)

@@ -46,6 +46,8 @@ redis.call('HDEL', KEYS[2], id)
 redis.call('HDEL', KEYS[3], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c',
   id .. ':g')
 if g then pcall(group_settled, id, g, 'f') end
+-- The group goes with the failed record: `failed retry` puts the job back into it.
+if g then redis.call('HSET', KEYS[5], id .. ':g', g) end
 redis.call('ZADD', KEYS[4], now, id)
 redis.call('HSET', KEYS[5], id, ARGV[2])
 redis.call('HSET', KEYS[6], id, body)

@@ -22,25 +22,11 @@ for _, field in ipairs({id, id .. ':e'}) do
   local v = redis.call('HGET', KEYS[6], field)
   if v and (#v > 15 or not string.match(v, '^%-?%d+$')) then redis.call('HDEL', KEYS[6], field) end
 end
--- Fair groups (see pop.lua): a job of a group leaves its group's running set here; its
--- group's keys all derive from the queue's base key (one hash tag). Garbage in a group's
--- structures never stops the move: that bookkeeping runs under pcall.
+-- Fair groups (see pop.lua): a job of a group leaves its group's running set here and goes
+-- back into its group; its group's keys all derive from the queue's base key (one hash
+-- tag). Garbage in a group's structures never stops the move (pcall; the plain list).
 local gbase = string.sub(KEYS[3], 1, -10)
 local groups_on = redis.call('EXISTS', gbase .. ':gon') == 1
-local function group_settled(id, g, stat)
-  local run, gl, gp = gbase .. ':gr:' .. g, gbase .. ':g:' .. g, gbase .. ':gp:' .. g
-  redis.call('SREM', run, id)
-  if stat then redis.call('HINCRBY', gbase .. ':gstat', stat .. ':' .. g, 1) end
-  if redis.call('LLEN', gl) == 0 and redis.call('EXISTS', gp) == 0 then
-    -- An emptied group leaves nothing behind.
-    if redis.call('SCARD', run) == 0 then
-      redis.call('HDEL', gbase .. ':gstat', 'd:' .. g, 'f:' .. g)
-    end
-  elseif redis.call('LLEN', gbase .. ':notify') < 64 then
-    -- A slot freed in a group with jobs waiting: wake a worker for them.
-    redis.call('RPUSH', gbase .. ':notify', '1')
-  end
-end
 local function group_back(id, g, p)
   if p ~= 0 and p >= -100 and p <= 100 and redis.call('EXISTS', KEYS[9]) == 1 then
     local seq = redis.call('INCR', KEYS[9])
