@@ -190,3 +190,15 @@ def test_a_failed_grouped_job_retried_comes_back_into_its_group(rq: RedisQueue) 
     assert not r.hexists(k.failed_info, f"{job.id}:g")
     [again] = pop(rq).jobs
     assert again.id == job.id and r.sismember(k.group("gr", "acme"), job.id)
+
+
+def test_clear_deletes_the_waiting_jobs_of_every_group_paused_or_not(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    rq.push("default", [envelope(), envelope()], group="acme")
+    rq.push("default", [envelope()], group="beta")
+    rq.push("default", [envelope()], group="beta", priority=5)
+    rq.push("default", [envelope()])
+    groups(rq).pause("beta")
+    assert rq.clear("default") == 5
+    assert r.hlen(k.jobs) == 0 and r.hlen(k.attempts) == 0
+    assert not r.exists(k.gring, k.group("g", "acme"), k.group("g", "beta"), k.group("gp", "beta"))

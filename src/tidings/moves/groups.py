@@ -93,6 +93,18 @@ def _int(value: Any) -> int:
         return 0
 
 
+def group_names(client: Any, k: QueueKeys, kinds: tuple[str, ...] = ("g", "gp")) -> set[str]:
+    """The groups of queue ``k`` that have keys of ``kinds`` (``g`` ready list, ``gp``
+    priority zset, ``gr`` running set), found by SCAN (an operator's command)."""
+    escaped = re.sub(r"([\[\]*?\\])", r"\\\1", k.ready)
+    names: set[str] = set()
+    for kind in kinds:
+        head = f"{k.ready}:{kind}:"
+        for key in client.scan_iter(match=f"{escaped}:{kind}:*", count=1000):
+            names.add(_text(key)[len(head) :])
+    return names
+
+
 class Groups:
     """``app.groups``: limits, pause and resume of a queue's fair groups, and listings.
 
@@ -153,7 +165,7 @@ class Groups:
 
     def _names(self, k: QueueKeys) -> set[str]:
         client = self._client()
-        names: set[str] = set()
+        names = group_names(client, k, kinds=("g", "gp", "gr"))
         for member in client.zrange(k.gring, 0, -1):
             if member:
                 names.add(_text(member))
@@ -161,11 +173,6 @@ class Groups:
             names.add(_text(field)[2:])
         for field in client.hkeys(k.gstat):
             names.add(_text(field)[2:])
-        escaped = re.sub(r"([\[\]*?\\])", r"\\\1", k.ready)
-        for kind in ("g", "gp", "gr"):
-            head = f"{k.ready}:{kind}:"
-            for key in client.scan_iter(match=f"{escaped}:{kind}:*", count=1000):
-                names.add(_text(key)[len(head) :])
         return names
 
     def _info(self, k: QueueKeys, names: list[str]) -> list[GroupInfo]:

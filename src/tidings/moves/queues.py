@@ -31,6 +31,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tidings.errors import QueueUnavailable
 from tidings.moves.batch_members import reopen_failed_members
+from tidings.moves.groups import group_names
 from tidings.redis import scripts
 from tidings.redis.clients import async_client, sync_client
 from tidings.redis.errors import REDIS_ERRORS, is_transient, is_wrong_type
@@ -584,7 +585,21 @@ class RedisQueue:
             )
             total += n
             if n == 0:
-                return total
+                return total + self._clear_groups(k)
+
+    def _clear_groups(self, k: QueueKeys) -> int:
+        """Delete the waiting jobs of every fair group of the queue (ready, group by
+        group); delayed grouped jobs went with the delayed zset above."""
+        total = 0
+        for g in group_names(self.client, k):
+            keys = [k.gring, k.jobs, k.attempts, k.group("g", g), k.group("gp", g), k.gstat]
+            keys.append(k.group("gr", g))
+            while True:
+                n = int(scripts.GROUP_CLEAR.call(self.client, keys, [g, 1000]))
+                total += n
+                if n == 0:
+                    break
+        return total
 
     def restart(self) -> None:
         """Ask every worker to exit after its current jobs."""

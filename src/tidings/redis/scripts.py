@@ -78,6 +78,7 @@ FORGET = _declare("forget")
 CLEAR = _declare("clear")
 CANCEL = _declare("cancel")
 GROUP_ADMIN = _declare("group_admin")
+GROUP_CLEAR = _declare("group_clear")
 # -- limits: rate limits, overlap locks and exception throttling (tidings.jobs.limits);
 #    LOCK/UNLOCK also hold a schedule's lease and a unique job's lock ---------------------
 RATE_LIMIT = _declare("rate_limit")
