@@ -28,8 +28,9 @@ local function group_settled(id, g, stat)
     if redis.call('SCARD', run) == 0 then
       redis.call('HDEL', gbase .. ':gstat', 'd:' .. g, 'f:' .. g)
     end
-  elseif redis.call('LLEN', gbase .. ':notify') < 64 then
-    -- A slot freed in a group with jobs waiting: wake a worker for them.
+  elseif redis.call('HEXISTS', gbase .. ':gcfg', 'c:' .. g) == 1
+    and redis.call('LLEN', gbase .. ':notify') < 64 then
+    -- A slot freed in a limited group with jobs waiting: wake a worker for them.
     redis.call('RPUSH', gbase .. ':notify', '1')
   end
 end
