@@ -147,29 +147,34 @@ def starvation(app: App, flood: int, grouped: bool | None, samples: int) -> list
     return [STARTS[tag] - sent[tag] for tag in sent if tag in STARTS]
 
 
-def run(url: str, jobs: int, rounds: int, flood: int, samples: int) -> None:
+def run(url: str, jobs: int, rounds: int, flood: int, samples: int, only: str) -> None:
     app = App(env=False, redis_url=url, key="bench-key-0123456789abcdef0123456789",
               prefix=PREFIX, allowed_modules="benchmarks", metrics=False)  # fmt: skip
     client = app.queue_for(None).client
 
     # -- starvation --------------------------------------------------------------------------
     waits: dict[str, list[float]] = {}
-    for case, grouped in (("idle", None), ("grouped", True), ("fifo", False)):
+    for case, grouped in (
+        (("idle", None), ("grouped", True), ("fifo", False)) if "starve" in only else ()
+    ):
         delete_prefix(client, PREFIX)
         waits[case] = starvation(app, flood, grouped, samples)
         delete_prefix(client, PREFIX)
-    print(f"starvation: A floods {flood:,} ready 1 ms jobs, B one job every 100 ms "
+    if "starve" not in only:
+        waits = {"idle": [0.0], "grouped": [0.0], "fifo": [0.0]}
+    report = print if "starve" in only else (lambda *a, **k: None)
+    report(f"starvation: A floods {flood:,} ready 1 ms jobs, B one job every 100 ms "
           f"({samples} samples), one worker of concurrency 16")  # fmt: skip
     for case in ("idle", "grouped", "fifo"):
         w = waits[case]
-        print(f"  B's dispatch-to-start, {case:<8} p50 {pct(w, 50) * 1000:>9.1f} ms  "
+        report(f"  B's dispatch-to-start, {case:<8} p50 {pct(w, 50) * 1000:>9.1f} ms  "
               f"p99 {pct(w, 99) * 1000:>9.1f} ms")  # fmt: skip
     goal = 2 * pct(waits["idle"], 99) + 2 * 0.001
-    print(f"  goal: grouped p99 <= 2x idle p99 + 1 ms per active group = {goal * 1000:.1f} ms")
+    report(f"  goal: grouped p99 <= 2x idle p99 + 1 ms per active group = {goal * 1000:.1f} ms")
 
     # -- drain -------------------------------------------------------------------------------
     res: dict[str, list[float]] = {k: [] for k in ("plain", "g1", "g100", "g10000")}
-    for _ in range(rounds):
+    for _ in range(rounds if "drain" in only else 0):
         for case in res:
             delete_prefix(client, PREFIX)
             if case == "plain":
@@ -179,18 +184,25 @@ def run(url: str, jobs: int, rounds: int, flood: int, samples: int) -> None:
                 batch = [Noop().on_group(f"t{i % n}") for i in range(jobs)]
             app.dispatch_many(batch, batch_size=1000)
             res[case].append(jobs / drain(app))
-    print(f"drain of {jobs:,} no-op jobs, one worker of concurrency 16, medians of {rounds} "
+    if "drain" in only:
+        print(f"drain of {jobs:,} no-op jobs, one worker of concurrency 16, medians of {rounds} "
           "interleaved rounds (min-max)")  # fmt: skip
+    if "drain" not in only:
+        res = {k: [1.0] for k in res}
+    report = print if "drain" in only else (lambda *a, **k: None)
     base = statistics.median(res["plain"])
     for case, label in (("plain", "ungrouped"), ("g1", "1 group"), ("g100", "100 groups"),
                         ("g10000", "10,000 groups")):  # fmt: skip
         ratio = statistics.median(res[case]) / base
-        print(f"  {label:<14} {spread(res[case])}  ratio {ratio:.2f}"
-              + ("" if case == "plain" else " (goal >= 0.8)"))
+        report(
+            f"  {label:<14} {spread(res[case])}  ratio {ratio:.2f}"
+            + ("" if case == "plain" else " (goal >= 0.8)")
+        )
 
     # -- concurrency cap -----------------------------------------------------------------------
-    out: dict[str, float] = {}
-    for capped in (False, True):
+    out: dict[str, float] = {"max": 0, "others_max": 0}
+    thr: dict[bool, list[float]] = {False: [], True: []}
+    for capped in [False, True] * rounds if "conc" in only else []:
         delete_prefix(client, PREFIX)
         if capped:
             app.groups.limit("capped", concurrency=2)
@@ -198,22 +210,32 @@ def run(url: str, jobs: int, rounds: int, flood: int, samples: int) -> None:
         if capped:
             batch += [Counted("capped") for _ in range(200)]
         app.dispatch_many(batch)
-        other_done = lambda: int(client.get(f"{PREFIX}:others-done") or 0)  # noqa: E731
         t0 = time.perf_counter()
-        asyncio.run(_workers(app, 4, 16, until=lambda: other_done() >= 2000))
-        out["capped" if capped else "alone"] = 2000 / (time.perf_counter() - t0)
+        asyncio.run(
+            _workers(
+                app, 4, 16, until=lambda: int(client.get(f"{PREFIX}:others-done") or 0) >= 2000
+            )
+        )
+        thr[capped].append(2000 / (time.perf_counter() - t0))
         if capped:
-            out["max"] = int(client.get(f"{PREFIX}:max:capped") or 0)
-            out["others_max"] = max(int(client.get(f"{PREFIX}:max:other-{i}") or 0)
-                                    for i in range(8))  # fmt: skip
-    print("concurrency: group 'capped' limited to 2 (200 jobs of 10 ms) beside 8 groups of "
-          "2,000 jobs of 10 ms, 4 workers of concurrency 16")  # fmt: skip
-    print(f"  most 'capped' jobs running at once: {out['max']} (limit 2); most of one other "
-          f"group: {out['others_max']}")  # fmt: skip
-    print(f"  the others' throughput (2,000 jobs of 10 ms): {out['capped']:,.0f} jobs/s beside "
-          f"the capped group, {out['alone']:,.0f} jobs/s without it")
+            out["max"] = max(out["max"], int(client.get(f"{PREFIX}:max:capped") or 0))
+            out["others_max"] = max([out["others_max"]] + [
+                int(client.get(f"{PREFIX}:max:other-{i}") or 0) for i in range(8)])  # fmt: skip
+    if "conc" in only:
+        print("concurrency: group 'capped' limited to 2 (200 jobs of 10 ms) beside 2,000 jobs "
+              f"of 10 ms in 8 other groups, 4 workers of concurrency 16, {rounds} interleaved "
+              "rounds")  # fmt: skip
+        print(f"  most 'capped' jobs running at once over every round: {out['max']:.0f} "
+              f"(limit 2); most of one other group: {out['others_max']:.0f}")  # fmt: skip
+        print(
+            f"  the others' throughput: {spread(thr[True])} beside the capped group, "
+            f"{spread(thr[False])} without it"
+        )
 
     # -- memory --------------------------------------------------------------------------------
+    if "memory" not in only:
+        app.close()
+        return
     delete_prefix(client, PREFIX)
     n = 10_000
     client.set(f"{PREFIX}:queue:{{default}}:gon", 1)  # the per-queue marker, not per group
@@ -238,10 +260,12 @@ def run(url: str, jobs: int, rounds: int, flood: int, samples: int) -> None:
     q_plain, left_plain = cycle(False)
     q_grouped, left_grouped = cycle(True)
     group_keys = sum(1 for _ in client.scan_iter(match=f"{PREFIX}:queue:{{default}}:g*"))
-    print(f"memory ({n:,} one-job groups): per active group {(q_grouped - q_plain) / n:.0f} B "
-          f"beyond the same job ungrouped ({q_plain / n:.0f} B/job queued); per emptied group "
-          f"after the drain {(left_grouped - left_plain) / n:.1f} B (goal 0), group keys left: "
-          f"{group_keys} (the per-queue gon marker)")
+    print(
+        f"memory ({n:,} one-job groups): per active group {(q_grouped - q_plain) / n:.0f} B "
+        f"beyond the same job ungrouped ({q_plain / n:.0f} B/job queued); per emptied group "
+        f"after the drain {(left_grouped - left_plain) / n:.1f} B (goal 0), group keys left: "
+        f"{group_keys} (the per-queue gon marker)"
+    )
     delete_prefix(client, PREFIX)
     app.close()
 
@@ -252,11 +276,16 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--flood", type=int, default=20000)
     p.add_argument("--samples", type=int, default=50)
+    p.add_argument("--only", default="starve,drain,conc,memory", help="sections to run")
     a = p.parse_args()
     with bench_redis() as server:
         print(f"redis {server.version}; load average {os.getloadavg()[0]:.1f} at start")
-        run(server.url, a.jobs, a.rounds, a.flood, a.samples)
+        run(server.url, a.jobs, a.rounds, a.flood, a.samples, a.only)
 
 
 if __name__ == "__main__":
-    main()
+    # The workers resolve jobs by module path: run them as benchmarks.groups, not __main__
+    # (outside the allowed modules, they would be refused and never start).
+    from benchmarks import groups
+
+    groups.main()
