@@ -24,7 +24,7 @@ from tidings.events.call_queued import CallQueuedListener
 from tidings.events.dispatcher import Dispatcher, EventKey, ListenerLike, QueuedTarget
 from tidings.events.listener import QueuedFunction, set_current_dispatcher_provider
 from tidings.jobs.compose import prepare
-from tidings.jobs.groups import group_of
+from tidings.jobs.groups import group_of, no_group_for_unique
 from tidings.jobs.job import Job, PendingDispatch, option
 from tidings.moves.groups import Groups
 from tidings.moves.queues import RedisQueue
@@ -464,6 +464,7 @@ class App:
     ) -> str | None:
         guard = guard_for(pending.job)
         if guard is not None:
+            no_group_for_unique(pending)
             if defer is not None:
                 defer(lambda: push_guarded(self, pending, guard))
                 return None
@@ -490,6 +491,7 @@ class App:
             return self._push_pending(pending, defer)
         guard = guard_for(pending.job)
         if guard is not None:
+            no_group_for_unique(pending)
             return await push_guarded_async(self, pending, guard)
         group = group_of(pending)
         rq, queue, job_id, envelope, delay, priority = self._prepared(pending)
@@ -509,6 +511,7 @@ class App:
             pending = item if isinstance(item, PendingDispatch) else PendingDispatch(item)
             guard = guard_for(pending.job)
             if guard is not None:
+                no_group_for_unique(pending)
                 guarded[len(ids)] = GuardedPush(self, pending, guard)
                 ids.append(None)
                 continue

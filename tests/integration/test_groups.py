@@ -266,3 +266,25 @@ def test_round_robin_limits_and_cleanup_on_every_topology(app: App, r: redis.Red
     assert sorted(RUNS) == sorted([f"big{i}" for i in range(6)] + ["small", "late"])
     assert RUNS.index("small") <= 1
     assert group_keys(r, app) == [keys(app).gcfg]  # only the setting stays
+
+
+@dataclass
+class UniqueNote(Job):
+    tag: str
+    unique_for = 60
+
+    def unique_id(self) -> str:
+        return self.tag
+
+    def handle(self) -> None:
+        RUNS.append(self.tag)
+
+
+def test_a_unique_job_with_a_group_is_refused_not_queued_outside_it(
+    app: App, r: redis.Redis
+) -> None:
+    with pytest.raises(ValidationError, match="unique or debounced"):
+        UniqueNote("u").on_group("acme").dispatch()
+    with pytest.raises(ValidationError, match="unique or debounced"):
+        app.dispatch_many([UniqueNote("v").on_group("acme")])
+    assert r.hlen(keys(app).jobs) == 0

@@ -12,12 +12,13 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any
 
+from tidings.errors import ValidationError
 from tidings.wire.group_key import GROUP_MAX_BYTES, check_group
 
 if TYPE_CHECKING:
     from tidings.jobs.job import PendingDispatch
 
-__all__ = ["GROUP_MAX_BYTES", "check_group", "group_of"]
+__all__ = ["GROUP_MAX_BYTES", "check_group", "group_of", "no_group_for_unique"]
 
 
 def _call_hook(hook: Any, args: tuple[Any, ...]) -> Any:
@@ -49,3 +50,17 @@ def group_of(pending: PendingDispatch) -> str | None:
     if value is None:
         return None
     return check_group(value, f"the group hook of {job.display_name()}")
+
+
+def no_group_for_unique(pending: PendingDispatch) -> None:
+    """Refuse a unique or debounced job that asks for a group (not supported yet: its
+    push is a different script), rather than queue it outside its group silently.
+
+    Raises:
+        ValidationError: the job has a group (``on_group`` or a ``group`` hook).
+    """
+    if group_of(pending) is not None:
+        raise ValidationError(
+            f"{pending.job.display_name()} is unique or debounced and has a fair group "
+            "(on_group() or a group hook): the two do not combine yet; drop one of them"
+        )
