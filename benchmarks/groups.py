@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from benchmarks._redis import bench_redis, delete_prefix
@@ -147,6 +149,44 @@ def starvation(app: App, flood: int, grouped: bool | None, samples: int) -> list
     return [STARTS[tag] - sent[tag] for tag in sent if tag in STARTS]
 
 
+BASE = "66ff8ca"  # the commit fair groups started from
+CHANGED = ("pop", "ack", "fail", "release", "cancel_settle")
+
+
+def _base_scripts() -> dict[str, str]:
+    """The sources of the scripts fair groups changed, as they were at ``BASE`` (git)."""
+    import subprocess
+
+    out = {}
+    for name in CHANGED:
+        out[name] = subprocess.run(
+            ["git", "show", f"{BASE}:src/tidings/redis/lua/{name}.lua"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    return out
+
+
+@contextlib.contextmanager
+def _swapped(sources: dict[str, str]) -> Iterator[None]:
+    """Run with these script sources in place of today's (same keys and arguments: the
+    old scripts ignore the group keys the pop now also sends)."""
+    import hashlib
+
+    from tidings.redis import scripts
+
+    saved = {}
+    for name, source in sources.items():
+        script = scripts.registered()[name]
+        saved[name] = (script.source, script.sha)
+        script.source, script.sha = source, hashlib.sha1(source.encode()).hexdigest()
+    try:
+        yield
+    finally:
+        for name, (source, sha) in saved.items():
+            script = scripts.registered()[name]
+            script.source, script.sha = source, sha
+
+
 def run(url: str, jobs: int, rounds: int, flood: int, samples: int, only: str) -> None:
     app = App(env=False, redis_url=url, key="bench-key-0123456789abcdef0123456789",
               prefix=PREFIX, allowed_modules="benchmarks", metrics=False)  # fmt: skip
@@ -232,6 +272,22 @@ def run(url: str, jobs: int, rounds: int, flood: int, samples: int, only: str) -
             f"{spread(thr[False])} without it"
         )
 
+    # -- ungrouped drain: today's scripts vs the ones before fair groups ------------------------
+    if "ab" in only:
+        before = _base_scripts()
+        ab: dict[str, list[float]] = {"before": [], "after": []}
+        for _ in range(rounds):
+            for case in ("before", "after"):
+                delete_prefix(client, PREFIX)
+                app.dispatch_many([Noop() for _ in range(jobs)], batch_size=1000)
+                with _swapped(before if case == "before" else {}):
+                    ab[case].append(jobs / drain(app))
+        ratio = statistics.median(ab["after"]) / statistics.median(ab["before"])
+        print(f"ungrouped drain of {jobs:,} no-op jobs, the Lua scripts of {BASE} (before fair "
+              f"groups) vs now, {rounds} interleaved rounds")  # fmt: skip
+        print(f"  before  {spread(ab['before'])}")
+        print(f"  after   {spread(ab['after'])}  ratio {ratio:.2f}")
+
     # -- memory --------------------------------------------------------------------------------
     if "memory" not in only:
         app.close()
@@ -276,7 +332,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--flood", type=int, default=20000)
     p.add_argument("--samples", type=int, default=50)
-    p.add_argument("--only", default="starve,drain,conc,memory", help="sections to run")
+    p.add_argument("--only", default="starve,drain,conc,ab,memory", help="sections to run")
     a = p.parse_args()
     with bench_redis() as server:
         print(f"redis {server.version}; load average {os.getloadavg()[0]:.1f} at start")
