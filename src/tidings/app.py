@@ -24,7 +24,9 @@ from tidings.events.call_queued import CallQueuedListener
 from tidings.events.dispatcher import Dispatcher, EventKey, ListenerLike, QueuedTarget
 from tidings.events.listener import QueuedFunction, set_current_dispatcher_provider
 from tidings.jobs.compose import prepare
+from tidings.jobs.groups import group_of, no_group_for_unique
 from tidings.jobs.job import Job, PendingDispatch, option
+from tidings.moves.groups import Groups
 from tidings.moves.queues import RedisQueue
 from tidings.observability import redaction, tracing
 from tidings.observability.lifecycle import JobQueued
@@ -214,6 +216,13 @@ class App:
 
             self._database = NotificationStore(self.settings.database_url)
         return self._database
+
+    @property
+    def groups(self) -> Groups:
+        """Fair groups within a queue: ``limit``, ``pause``, ``resume``, ``list``, ``show``
+        (docs/groups.md); on the default connection, the ``default`` queue unless a call
+        names another."""
+        return Groups(lambda: self.queue_for(None).client, self.queue_for(None).keys, "default")
 
     @property
     def retry_after_s(self) -> float:
@@ -457,15 +466,17 @@ class App:
     ) -> str | None:
         guard = guard_for(pending.job)
         if guard is not None:
+            no_group_for_unique(pending)
             if defer is not None:
                 defer(lambda: push_guarded(self, pending, guard))
                 return None
             warn_blocking()
             return push_guarded(self, pending, guard)
+        group = group_of(pending)
         rq, queue, job_id, envelope, delay, priority = self._prepared(pending)
 
         def push() -> None:
-            rq.push(queue, [(job_id, envelope)], delay, priority)
+            rq.push(queue, [(job_id, envelope)], delay, priority, group)
             self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
 
         if defer is not None:
@@ -482,9 +493,11 @@ class App:
             return self._push_pending(pending, defer)
         guard = guard_for(pending.job)
         if guard is not None:
+            no_group_for_unique(pending)
             return await push_guarded_async(self, pending, guard)
+        group = group_of(pending)
         rq, queue, job_id, envelope, delay, priority = self._prepared(pending)
-        await rq.push_async(queue, [(job_id, envelope)], delay, priority)
+        await rq.push_async(queue, [(job_id, envelope)], delay, priority, group)
         self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
         return job_id
 
@@ -500,14 +513,16 @@ class App:
             pending = item if isinstance(item, PendingDispatch) else PendingDispatch(item)
             guard = guard_for(pending.job)
             if guard is not None:
+                no_group_for_unique(pending)
                 guarded[len(ids)] = GuardedPush(self, pending, guard)
                 ids.append(None)
                 continue
+            group = group_of(pending)  # fair groups: one push per (queue, group)
             rq, queue, job_id, envelope, delay, priority = self._prepared(pending)
             later = self._deferrer(pending)
             target = groups if later is None else held
             defer = later or defer
-            key = (id(rq), rq, queue, delay, priority)
+            key = (id(rq), rq, queue, delay, priority, group)
             target.setdefault(key, []).append((job_id, envelope))
             ids.append(job_id)
         if defer is not None and held:
@@ -516,9 +531,9 @@ class App:
 
     @staticmethod
     def _push_groups(groups: dict[Any, list[tuple[str, bytes]]], batch_size: int) -> None:
-        for (_, rq, queue, delay, priority), items in groups.items():
+        for (_, rq, queue, delay, priority, group), items in groups.items():
             for start in range(0, len(items), batch_size):
-                rq.push(queue, items[start : start + batch_size], delay, priority)
+                rq.push(queue, items[start : start + batch_size], delay, priority, group)
 
     def dispatch_many(
         self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000
@@ -543,9 +558,11 @@ class App:
     ) -> list[str]:
         """Async twin of :meth:`dispatch_many`."""
         ids, groups, guarded = self._grouped(jobs)
-        for (_, rq, queue, delay, priority), items in groups.items():
+        for (_, rq, queue, delay, priority, group), items in groups.items():
             for start in range(0, len(items), batch_size):
-                await rq.push_async(queue, items[start : start + batch_size], delay, priority)
+                await rq.push_async(
+                    queue, items[start : start + batch_size], delay, priority, group
+                )
         for at, push in guarded.items():
             ids[at] = await push.push_async()
         return [i for i in ids if i is not None]

@@ -126,3 +126,33 @@ class UniqueOrdered(Ordered):
 
     def unique_id(self) -> str:
         return self.id
+
+
+@dataclass
+class GroupSlot(Job):
+    """Counts itself among its fair group's running jobs while it runs (fair groups,
+    issue 25): ``INCR <prefix>:test:running:<group>`` at start, the value pushed on
+    ``test:seen:<group>`` (so the test reads the most ever running at once, as the jobs
+    saw it), then ``seconds`` asleep (``first_only``: on its first start only), then
+    ``DECR`` and its execution recorded."""
+
+    id: str
+    tenant: str
+    seconds: float
+    first_only: bool = False
+    tries = 3
+
+    def group(self) -> str:
+        return self.tenant
+
+    async def handle(self) -> None:
+        r = App.current().queue_for(None).aclient()
+        starts = await _start(self.id, self.attempts)
+        now = await r.incr(key(f"running:{self.tenant}"))
+        await r.rpush(key(f"seen:{self.tenant}"), now)
+        try:
+            if starts == 1 or not self.first_only:
+                await asyncio.sleep(self.seconds)
+        finally:
+            await r.decr(key(f"running:{self.tenant}"))
+        await r.hincrby(key("exec"), self.id, 1)

@@ -187,8 +187,10 @@ class Checker:
         concurrency: int = 4,
         on_worker: Callable[[subprocess.Popen[bytes]], None] | None = None,
         state_faults: bool = False,
+        groups: bool = False,
     ) -> None:
         self.workdir = workdir
+        self.groups = groups
         self.state_faults = state_faults
         self.state_totals: dict[str, int] = {}
         self.server = RedisServer(workdir / "queue")
@@ -282,7 +284,7 @@ class Checker:
 
     # -- one seed ---------------------------------------------------------------------
 
-    def _push(self, job: Job | PendingDispatch) -> tuple[str, bytes]:
+    def _push(self, job: Job | PendingDispatch, group: str | None = None) -> tuple[str, bytes]:
         pending = job if isinstance(job, PendingDispatch) else PendingDispatch(job)
         queue, job_id, envelope, _, _ = prepare(
             pending, self.app.signer, max_bytes=self.app.max_payload_bytes
@@ -291,7 +293,7 @@ class Checker:
         deadline = time.monotonic() + 30
         while True:
             try:
-                rq.push(queue, [(job_id, envelope)])
+                rq.push(queue, [(job_id, envelope)], group=group)
                 return job_id, envelope
             except QueueUnavailable:
                 # The push may have landed: send the very same id and envelope again.
@@ -301,7 +303,7 @@ class Checker:
 
     def _load_scripts(self) -> None:
         client = self.direct.client
-        for script in (*KINDS.values(), *BATCH_KINDS.values()):
+        for script in (*KINDS.values(), *BATCH_KINDS.values(), scripts.PUSH_GROUP):
             client.script_load(script.source)
 
     def run_seed(self, seed: int) -> Outcome:
@@ -339,6 +341,16 @@ class Checker:
         bkinds = brng.sample(sorted(BATCH_KINDS), brng.randint(0, len(BATCH_KINDS)))
         markers = {k: KINDS[k].sha.encode() for k in kinds}
         markers |= {k: BATCH_KINDS[k].sha.encode() for k in bkinds}
+        # Grouped producers (fair groups, issue 25), from their own random stream: most
+        # jobs join g0 (concurrency 1), g1 or g2, and push_group's replies may be dropped
+        # too; every invariant above holds for them, and no group slot or list is left.
+        grng = random.Random(f"groups {seed}")
+        group_names: tuple[str | None, ...] = (None,)
+        if self.groups:
+            group_names = ("g0", "g1", "g2", None)
+            self.app.groups.limit("g0", concurrency=1)
+            if grng.random() < 0.7:
+                markers["push_group"] = scripts.PUSH_GROUP.sha.encode()
         self.proxy.drops = {}
         self.proxy.drop_replies(markers, rate=rate, seed=seed)
         jobs: list[tuple[str, str, bool]] = [(f"s{seed}r{i}", "", False) for i in range(n_rec)]
@@ -370,7 +382,7 @@ class Checker:
             for name, _, flaky in todo[:4]:
                 arg = f"{name}:{rng.getrandbits(32):08x}:é✓"
                 job: Job = Flaky(name, arg) if flaky else Rec(name, arg)
-                job_id, envelope = self._push(job)
+                job_id, envelope = self._push(job, grng.choice(group_names))
                 sent[job_id] = _Sent(name, arg, envelope, flaky)
             todo = todo[4:]
             time.sleep(0.03)
@@ -388,6 +400,15 @@ class Checker:
         links_stalled = bool(stalled - set(sent) - batch_ids)
         self._check_chains(seed, chains, affected | ({EVERYONE} if links_stalled else set()), out)
         self._check_batches(batches, affected, stalled, out)
+        if self.groups:
+            k = self.direct.keys("default")
+            left = sorted(
+                _text(key)
+                for kind in ("g", "gp", "gr")
+                for key in self.direct.client.scan_iter(match=f"{k.ready}:{kind}:*")
+            )
+            if left or self.direct.client.zcard(k.gring):
+                out.violations.append(f"group keys left after every job settled: {left}")
         if out.state:
             self._check_state(out.state, sent, out, log_sizes, affected, stalled)
             self.state_totals[out.state] = self.state_totals.get(out.state, 0) + 1
@@ -781,6 +802,8 @@ class Checker:
         if self.state_faults:
             self.direct.client.delete(*_junk_keys(self.direct.keys(JUNK)))
         self.direct.flush()
+        if self.groups:
+            self.direct.client.delete(self.direct.keys("default").gcfg)
 
     # -- the worker's own state (issue 21) --------------------------------------------
 
@@ -1000,11 +1023,12 @@ def run_seeds(
     print_fn: Callable[[str], None] = print,
     stop_on_violation: bool = False,
     state_faults: bool = False,
+    groups: bool = False,
 ) -> list[Outcome]:
     """Run ``seeds`` on one Checker; prints one line a seed and every violation."""
     own = workdir is None
     wd = workdir or Path(tempfile.mkdtemp(prefix="tidings-checker-"))
-    checker = Checker(wd, account_url, state_faults=state_faults)
+    checker = Checker(wd, account_url, state_faults=state_faults, groups=groups)
     outcomes: list[Outcome] = []
     try:
         for seed in seeds:
@@ -1048,6 +1072,12 @@ def main(argv: list[str] | None = None) -> int:
         help="add one fault of the worker's own state a seed (longstop, wrongtype, "
         "outage, poison; needs TIDINGS_REDIS_GIVE_UP_S honoured by the worker)",
     )
+    ap.add_argument(
+        "--groups",
+        action="store_true",
+        help="grouped producers: jobs in fair groups g0 (concurrency 1), g1, g2 or none, "
+        "push_group replies dropped too",
+    )
     args = ap.parse_args(argv)
     seeds = args.seed or list(range(args.first, args.first + args.seeds))
     # SIGTERM ends the run through the finally blocks: every worker and server stopped.
@@ -1057,7 +1087,11 @@ def main(argv: list[str] | None = None) -> int:
     account.start()
     try:
         outcomes = run_seeds(
-            seeds, account.url, stop_on_violation=args.stop, state_faults=args.state_faults
+            seeds,
+            account.url,
+            stop_on_violation=args.stop,
+            state_faults=args.state_faults,
+            groups=args.groups,
         )
     finally:
         account.close()

@@ -15,10 +15,22 @@ from tests.faults.conftest import figure
 pytestmark = pytest.mark.timeout(240)
 
 
-def _run(seeds: list[int], redis_url: str, tmp_path: Path, *, state_faults: bool = False) -> None:
+def _run(
+    seeds: list[int],
+    redis_url: str,
+    tmp_path: Path,
+    *,
+    state_faults: bool = False,
+    groups: bool = False,
+) -> None:
     lines: list[str] = []
     outcomes = run_seeds(
-        seeds, redis_url, workdir=tmp_path, print_fn=lines.append, state_faults=state_faults
+        seeds,
+        redis_url,
+        workdir=tmp_path,
+        print_fn=lines.append,
+        state_faults=state_faults,
+        groups=groups,
     )
     figure("fault-schedule checker\n" + "\n".join(lines))
     assert len(outcomes) == len(seeds)
@@ -29,6 +41,12 @@ def _run(seeds: list[int], redis_url: str, tmp_path: Path, *, state_faults: bool
 
 def test_a_few_seeds_hold_every_invariant(redis_url: str, tmp_path: Path) -> None:
     _run([11, 12, 27], redis_url, tmp_path)  # restart + drops; reset + stop; every kind
+
+
+def test_a_few_seeds_hold_with_grouped_producers(redis_url: str, tmp_path: Path) -> None:
+    # Fair groups (issue 25): jobs in groups (one at concurrency 1), push_group's replies
+    # dropped, the same faults; no group slot or list left once every job settled.
+    _run([11, 12, 27], redis_url, tmp_path, groups=True)
 
 
 @pytest.mark.soak

@@ -26,6 +26,7 @@ from tidings.cli import broadcast as cli_broadcast
 from tidings.cli import observe as cli_observe
 from tidings.cli.batches import make_group as make_batches_group
 from tidings.cli.db import make_group as make_db_group
+from tidings.cli.groups import make_group as make_groups_group
 from tidings.errors import QueueUnavailable
 from tidings.observability.lifecycle import (
     JobFailed,
@@ -603,6 +604,7 @@ def failed_prune(ctx: click.Context, hours: float) -> None:
 
 
 main.add_command(make_batches_group(_app), "batches")
+main.add_command(make_groups_group(_app), "groups")
 cli_observe.register(main, _app)
 cli_broadcast.register(main, _app)
 main.add_command(make_db_group(_app), "db")

@@ -31,6 +31,7 @@ from tidings.dashboard.sessions import (
     Sessions,
     server_secret,
 )
+from tidings.errors import ValidationError
 from tidings.observability.metrics import Counts
 from tidings.observability.terminal import escape
 from tidings.wire.signing import parse_keys
@@ -110,6 +111,8 @@ def _finalize(value: Any) -> Any:
 
 #: What a finished action may report on the failed page: a code, never free text.
 OUTCOMES = {"retried": "retried", "forgot": "forgot"}
+GROUP_OUTCOMES = {"pause": "paused", "resume": "resumed", "paused": "paused",
+                  "resumed": "resumed"}  # fmt: skip
 
 
 class Dashboard:
@@ -183,6 +186,17 @@ class Dashboard:
 
     def batches(self, request: Request) -> HTMLResponse:
         return self.render(request, "batches.html", batches=self.reader.batches())
+
+    def groups(self, request: Request) -> HTMLResponse:
+        q = request.query_params
+        queue = q.get("queue", "default")[:200] or "default"
+        try:
+            rows = self.reader.app.groups.list(queue=queue, top=50)
+        except ValidationError:
+            rows = []
+        done = GROUP_OUTCOMES.get(q.get("done", ""), "")
+        return self.render(request, "groups.html", rows=rows, queue=queue, done=done,
+                           group=q.get("g", "")[:300] if done else "")  # fmt: skip
 
     def job(self, request: Request) -> Response:
         job_id = request.query_params.get("id") or request.path_params.get("job_id") or ""
@@ -276,6 +290,24 @@ class Dashboard:
             n = await run_in_threadpool(rq.forget, [form.get("id", "")])
         return self._back(request, "forgot", n)
 
+    async def group_action(self, request: Request) -> Response:
+        """Pause or resume one fair group (POST + CSRF, as every action)."""
+        form = await self._form(request)
+        if form is None:
+            return self._refused(request)
+        what = request.path_params["what"]
+        if what not in ("pause", "resume"):
+            return self.render(request, "missing.html", 404, what="action", job_id=what)
+        name, queue = form.get("group", ""), form.get("queue", "default") or "default"
+        groups = self.reader.app.groups
+        fn = groups.pause if what == "pause" else groups.resume
+        try:
+            await run_in_threadpool(lambda: fn(name, queue=queue))
+        except ValidationError:
+            return self.render(request, "missing.html", 400, what="group", job_id=name)
+        query = urlencode({"queue": queue, "done": GROUP_OUTCOMES[what], "g": name})
+        return RedirectResponse(f"{_root(request)}/groups?{query}", 303)
+
     def _back(self, request: Request, outcome: str, n: int) -> Response:
         query = urlencode({"done": outcome, "n": n})
         return RedirectResponse(f"{_root(request)}/failed?{query}", 303)
@@ -309,6 +341,8 @@ def create_app(app: Any, *, auth: Auth | None = None) -> Starlette:
         Route("/failed/forget", d.forget, methods=["POST"]),
         Route("/failed/{job_id:path}", d.failed_one, name="failed_one"),
         Route("/batches", d.batches, name="batches"),
+        Route("/groups", d.groups, name="groups"),
+        Route("/groups/{what:str}", d.group_action, methods=["POST"]),
         Route("/jobs", d.job, name="jobs"),
         Route("/jobs/{job_id:path}", d.job, name="job"),
         Route("/metrics", d.metrics, name="metrics"),

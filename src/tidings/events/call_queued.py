@@ -59,6 +59,10 @@ class CallQueuedListener(Job):
         target = self._resolve()
         return target if isinstance(target, QueuedFunction) else target()
 
+    def group_args(self) -> tuple[Any, ...]:
+        """A listener's ``group`` hook gets the event arguments (e.g. the event)."""
+        return tuple(self.args)
+
     def display_name(self) -> str:
         """The listener's name."""
         return self.listener.rpartition(":")[2]

@@ -190,6 +190,12 @@ class Job:
         """The object whose attributes give this job's options."""
         return self
 
+    def group_args(self) -> tuple[Any, ...]:
+        """What a ``group`` hook on :meth:`option_source` is called with (fair groups,
+        :mod:`tidings.jobs.groups`): nothing for a job; a listener's event arguments, a
+        notification's notifiable."""
+        return ()
+
     def option_defaults(self) -> dict[str, Any]:
         """Options used where :meth:`option_source` sets none (``tries``, ``backoff``);
         the worker's ``--tries`` / ``--backoff`` apply where neither does."""
@@ -281,6 +287,10 @@ class Job:
         """Dispatch options: ``priority`` from -100 to 100 (higher runs first)."""
         return PendingDispatch(self).with_priority(priority)
 
+    def on_group(self, group: str) -> PendingDispatch:
+        """Dispatch options: join fair group ``group`` of its queue (docs/groups.md)."""
+        return PendingDispatch(self).on_group(group)
+
     def with_result(self, ttl_s: float | None = None) -> PendingDispatch:
         """Dispatch options: keep what ``handle`` returns (for ``app.result``)."""
         return PendingDispatch(self).with_result(ttl_s)
@@ -324,6 +334,7 @@ class PendingDispatch:
     priority: int | None = None
     store_result: bool | None = None
     result_ttl_s: float | None = None
+    group: str | None = None
 
     def on_queue(self, name: str) -> PendingDispatch:
         """Use queue ``name``."""
@@ -347,6 +358,18 @@ class PendingDispatch:
             ValidationError: not an int from -100 to 100.
         """
         self.priority = check_priority(priority, "with_priority()")
+        return self
+
+    def on_group(self, group: str) -> PendingDispatch:
+        """Join fair group ``group``: within its queue, ready jobs of different groups
+        are taken round-robin, and the group's limits apply (docs/groups.md).
+
+        Raises:
+            ValidationError: an empty key, one over 256 bytes or with control characters.
+        """
+        from tidings.jobs.groups import check_group
+
+        self.group = check_group(group, "on_group()")
         return self
 
     def with_result(self, ttl_s: float | None = None) -> PendingDispatch:

@@ -67,18 +67,35 @@ def pop_result(k: QueueKeys, raw: list[Any]) -> PopResult:
     """Read the pop script's reply:
     ``{now_ms, wait_ms, dropped, id, attempts, exc, body, token, stalls, cancelled, ...}``."""
     jobs = []
-    for i in range(3, len(raw) - 6, 7):
+    i = 3
+    while i < len(raw):
+        entry = raw[i]
+        if isinstance(entry, bytes) and entry.startswith(b"\x01"):
+            # A fair group whose structures are garbage: its jobs stay where they are.
+            _, group, why = entry.decode(errors="replace").split("\x01", 2)
+            log.error(
+                "fair group %s on queue %r: %s; that group's jobs are not popped "
+                "(the group's next push, or `notify-worker groups resume`, tries it again)",
+                ascii(group),
+                k.name,
+                why,
+            )
+            i += 1
+            continue
+        if i + 6 >= len(raw):
+            break
+        i += 7
         try:
             jobs.append(
                 Reserved(
-                    raw[i].decode(),
+                    entry.decode(),
                     k.name,
-                    int(raw[i + 1]),
-                    int(raw[i + 2]),
-                    raw[i + 3],
-                    int(raw[i + 4]),
-                    int(raw[i + 5]),
-                    raw[i + 6] == 1,
+                    int(raw[i - 6]),
+                    int(raw[i - 5]),
+                    raw[i - 4],
+                    int(raw[i - 3]),
+                    int(raw[i - 2]),
+                    raw[i - 1] == 1,
                 )
             )
         except (AttributeError, TypeError, ValueError):
@@ -123,6 +140,9 @@ class Broker:
             k.done,  # a finished job put back (a replay) is dropped
             k.prio,
             k.pseq,
+            k.gon,
+            k.gring,
+            k.gcfg,
         ]
         seq = self._pop_seq.get(k.name, 0)
         return keys, [n, self.lease_ms, self.max_bytes, 1000, k.name, seq]

@@ -31,6 +31,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tidings.errors import QueueUnavailable
 from tidings.moves.batch_members import reopen_failed_members
+from tidings.moves.groups import group_names
 from tidings.redis import scripts
 from tidings.redis.clients import async_client, sync_client
 from tidings.redis.errors import REDIS_ERRORS, is_transient, is_wrong_type
@@ -348,14 +349,23 @@ class RedisQueue:
     # -- producing -------------------------------------------------------------------
 
     def _push_move(
-        self, queue: str, items: Sequence[tuple[str, bytes]], delay_s: float, priority: int = 0
+        self,
+        queue: str,
+        items: Sequence[tuple[str, bytes]],
+        delay_s: float,
+        priority: int = 0,
+        group: str | None = None,
     ) -> tuple[scripts.LuaScript, list[str], list[scripts.Arg]]:
         """The script, keys and arguments of a push (``later`` when delayed,
-        ``push_priority`` for a priority other than 0)."""
+        ``push_priority`` for a priority other than 0, ``push_group`` for a fair group)."""
         k = self.keys(queue)
         args: list[scripts.Arg] = []
         for job_id, envelope in items:
             args += (job_id, envelope)
+        if group is not None:  # fair groups (tidings.moves.groups)
+            keys = [k.jobs, k.done, k.failed, k.attempts, k.notify, k.delayed]
+            keys += [k.gon, k.gring, k.gcfg, k.pseq]
+            return scripts.PUSH_GROUP, keys, [group, int(delay_s * 1000), priority, *args]
         if delay_s > 0:
             return (
                 scripts.LATER,
@@ -377,13 +387,14 @@ class RedisQueue:
         items: Sequence[tuple[str, bytes]],
         delay_s: float = 0.0,
         priority: int = 0,
+        group: str | None = None,
     ) -> None:
         """Push ``(id, envelope)`` items in one round trip, at ``priority`` (-100..100).
 
         Raises:
             QueueUnavailable: Redis could not be reached; nothing was written.
         """
-        script, keys, args = self._push_move(queue, items, delay_s, priority)
+        script, keys, args = self._push_move(queue, items, delay_s, priority, group)
         with _guard(f"push to {queue!r}"):
             self.produce(queue, script, keys, args)
 
@@ -455,9 +466,10 @@ class RedisQueue:
         items: Sequence[tuple[str, bytes]],
         delay_s: float = 0.0,
         priority: int = 0,
+        group: str | None = None,
     ) -> None:
         """Async twin of :meth:`push`."""
-        script, keys, args = self._push_move(queue, items, delay_s, priority)
+        script, keys, args = self._push_move(queue, items, delay_s, priority, group)
         async with _aguard(f"push to {queue!r}"):
             await self.aproduce(queue, script, keys, args)
 
@@ -573,7 +585,21 @@ class RedisQueue:
             )
             total += n
             if n == 0:
-                return total
+                return total + self._clear_groups(k)
+
+    def _clear_groups(self, k: QueueKeys) -> int:
+        """Delete the waiting jobs of every fair group of the queue (ready, group by
+        group); delayed grouped jobs went with the delayed zset above."""
+        total = 0
+        for g in group_names(self.client, k):
+            keys = [k.gring, k.jobs, k.attempts, k.group("g", g), k.group("gp", g), k.gstat]
+            keys.append(k.group("gr", g))
+            while True:
+                n = int(scripts.GROUP_CLEAR.call(self.client, keys, [g, 1000]))
+                total += n
+                if n == 0:
+                    break
+        return total
 
     def restart(self) -> None:
         """Ask every worker to exit after its current jobs."""

@@ -49,6 +49,10 @@ class SendQueuedNotification(Job):
         """Options come from the notification."""
         return self.notification
 
+    def group_args(self) -> tuple[Any, ...]:
+        """A notification's ``group`` hook gets the notifiable (e.g. to return its tenant)."""
+        return (self.notifiable,)
+
     def option_defaults(self) -> dict[str, Any]:
         """The App's retry defaults for notifications (see the module docstring)."""
         try:

@@ -23,6 +23,15 @@ slot and runs unchanged on Redis Cluster::
                                       among equals (priority 0 stays on the ready list)
     {prefix}:queue:{Q}:pseq           the priority sequence; exists only once the queue
                                       saw a priority (queues without keep the fast path)
+    {prefix}:queue:{Q}:gon            fair groups marker; exists once the queue saw a
+                                      grouped job (queues without keep the fast path)
+    {prefix}:queue:{Q}:gring          zset group -> turn: the groups with ready jobs
+    {prefix}:queue:{Q}:g:<group>      list of the group's ready job ids (priority 0)
+    {prefix}:queue:{Q}:gp:<group>     zset of the group's ready ids of other priorities
+    {prefix}:queue:{Q}:gr:<group>     set of the group's reserved ids (its running slots)
+    {prefix}:queue:{Q}:gt:<group>     the group's rate state (GCRA, µs), expiring
+    {prefix}:queue:{Q}:gcfg           hash p:<g> paused, c:<g> concurrency, r:<g> rate
+    {prefix}:queue:{Q}:gstat          hash d:<g> / f:<g>: done / failed while active
     {prefix}:queue:{Q}:cancelled      zset id -> cancel time (bounded, for job_status)
     {prefix}:queue:{Q}:result:<id>    the job's signed return value (result_ttl_s); also
                                       the pub/sub channel app.result waits on
@@ -30,7 +39,7 @@ slot and runs unchanged on Redis Cluster::
     {prefix}:restart                  restart signal (a Redis timestamp)
     {prefix}:cancels                  pub/sub channel: ids of running jobs to cancel
 
-Beside a job in the attempts hash: id:p its priority (absent: 0), id:c set once
+Beside a job in the attempts hash: id:p its priority (absent: 0), id:g its fair group, id:c set once
 ``app.cancel`` asked for it (pop then hands it out as cancelled, never to run).
 """
 
@@ -58,6 +67,10 @@ class QueueKeys:
     prio: str
     pseq: str
     cancelled: str
+    gon: str
+    gring: str
+    gcfg: str
+    gstat: str
 
     @classmethod
     def build(cls, prefix: str, name: str) -> QueueKeys:
@@ -79,7 +92,16 @@ class QueueKeys:
             prio=f"{base}:prio",
             pseq=f"{base}:pseq",
             cancelled=f"{base}:cancelled",
+            gon=f"{base}:gon",
+            gring=f"{base}:gring",
+            gcfg=f"{base}:gcfg",
+            gstat=f"{base}:gstat",
         )
+
+    def group(self, what: str, group: str) -> str:
+        """A fair group's key: ``g`` ready list, ``gp`` priority zset, ``gr`` running set,
+        ``gt`` rate state."""
+        return f"{self.ready}:{what}:{group}"
 
     def receipt(self, what: str) -> str:
         """The receipt key of a move: ``pop:<worker>``, ``ack:<worker>`` or a token."""

@@ -62,6 +62,7 @@ def registered() -> dict[str, LuaScript]:
 # -- a job's life on its queue (tidings.moves) --------------------------------------------
 PUSH = _declare("push")
 PUSH_PRIORITY = _declare("push_priority")
+PUSH_GROUP = _declare("push_group")
 LATER = _declare("later")
 PUSH_ONCE = _declare("push_once")
 POP = _declare("pop")
@@ -76,6 +77,8 @@ RETRY = _declare("retry")
 FORGET = _declare("forget")
 CLEAR = _declare("clear")
 CANCEL = _declare("cancel")
+GROUP_ADMIN = _declare("group_admin")
+GROUP_CLEAR = _declare("group_clear")
 # -- limits: rate limits, overlap locks and exception throttling (tidings.jobs.limits);
 #    LOCK/UNLOCK also hold a schedule's lease and a unique job's lock ---------------------
 RATE_LIMIT = _declare("rate_limit")

@@ -13,9 +13,32 @@ local id = ARGV[1]
 if redis.call('HGET', KEYS[3], id .. ':t') ~= ARGV[2] then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Fair groups (see pop.lua): a job of a group leaves its group's running set here; its
+-- group's keys all derive from the queue's base key (one hash tag). Garbage in a group's
+-- structures never stops the move: that bookkeeping runs under pcall.
+local gbase = string.sub(KEYS[1], 1, -10)
+local groups_on = redis.call('EXISTS', gbase .. ':gon') == 1
+local function group_settled(id, g, stat)
+  local run, gl, gp = gbase .. ':gr:' .. g, gbase .. ':g:' .. g, gbase .. ':gp:' .. g
+  redis.call('SREM', run, id)
+  if stat then redis.call('HINCRBY', gbase .. ':gstat', stat .. ':' .. g, 1) end
+  if redis.call('LLEN', gl) == 0 and redis.call('EXISTS', gp) == 0 then
+    -- An emptied group leaves nothing behind.
+    if redis.call('SCARD', run) == 0 then
+      redis.call('HDEL', gbase .. ':gstat', 'd:' .. g, 'f:' .. g)
+    end
+  elseif redis.call('HEXISTS', gbase .. ':gcfg', 'c:' .. g) == 1
+    and redis.call('LLEN', gbase .. ':notify') < 64 then
+    -- A slot freed in a limited group with jobs waiting: wake a worker for them.
+    redis.call('RPUSH', gbase .. ':notify', '1')
+  end
+end
+local g = groups_on and redis.call('HGET', KEYS[3], id .. ':g')
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
-redis.call('HDEL', KEYS[3], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c')
+redis.call('HDEL', KEYS[3], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c',
+  id .. ':g')
+if g then pcall(group_settled, id, g, nil) end
 redis.call('ZADD', KEYS[4], now, id)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - tonumber(ARGV[3]))
 redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -(tonumber(ARGV[4]) + 1))

@@ -12,7 +12,7 @@ end
 local n = 0
 for _, id in ipairs(ids) do
   n = n + redis.call('ZREM', KEYS[1], id)
-  redis.call('HDEL', KEYS[2], id)
+  redis.call('HDEL', KEYS[2], id, id .. ':g')
   redis.call('HDEL', KEYS[3], id)
 end
 return n

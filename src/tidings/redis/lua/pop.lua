@@ -6,6 +6,7 @@
 -- KEYS[11] this worker's pop receipt ({prefix}:queue:{Q}:rcpt:pop:<worker>)
 -- KEYS[12] done zset (ids of finished jobs: a copy put back is a replay, dropped)
 -- KEYS[13] priority zset ({prefix}:queue:{Q}:prio)   KEYS[14] priority sequence (pseq)
+-- KEYS[15] groups marker (gon)   KEYS[16] ring of groups (gring)   KEYS[17] group settings
 -- ARGV[1] max jobs to reserve   ARGV[2] lease (retry_after) in ms
 -- ARGV[3] max body bytes        ARGV[4] migration chunk size   ARGV[5] queue name
 -- ARGV[6] the worker's pop sequence number (it moves on only after a reply arrived)
@@ -17,6 +18,16 @@
 -- else. Otherwise jobs of priority > 0 (prio zset, lowest score first) come before the
 -- list (priority 0), and jobs of priority < 0 after it; jobs coming back (due delayed,
 -- expired leases) go where their priority (id:p) says.
+-- Fair groups: a queue that never saw a grouped job (no gon key) pops as above. Otherwise
+-- ready jobs are taken round-robin over the ring (a zset group -> turn, lowest first):
+-- one job of the head group, which then goes to the tail while it has ready jobs left.
+-- Ungrouped jobs take their turns as one more member of the ring (''). A paused group
+-- leaves the ring (resume or its next push puts it back); a group at its concurrency
+-- (its running set {Q}:gr:<g>, ids checked against the reserved zset, so a slot held by
+-- a dead worker frees when its lease ends) or rate (GCRA state {Q}:gt:<g>) goes to the
+-- tail, and its jobs stay queued. Garbage in one group's structures (a wrong type, a
+-- setting that is not a number) takes that group out of the ring and is reported after
+-- the jobs as an entry "\1<group>\1<reason>"; the other groups go on.
 -- Each reservation gets a fresh token (a counter, never a clock); ack, release, fail and
 -- extend act only while the job's token (attempts hash, <id>:t) is still theirs.
 -- A lease that expired is a stall, not an attempt: the job goes back to the ready list,
@@ -35,9 +46,63 @@ local prio_on = redis.call('EXISTS', KEYS[14]) == 1
 -- Scores below BOUND are jobs of priority > 0 (score = (100 - priority) * 2^45 + seq).
 local STEP = 35184372088832
 local BOUND = 100 * STEP
+local groups_on = redis.call('EXISTS', KEYS[15]) == 1
+local gbase = string.sub(KEYS[16], 1, -7)
+local broken = {}
+local function errtext(e)
+  if type(e) == 'table' then return tostring(e.err or e.msg or '?') end
+  return tostring(e)
+end
+local function report(g, why)
+  broken[#broken + 1] = '\1' .. g .. '\1' .. why
+end
+
+-- The ring's tail turn (a group put there waits one turn of every other group).
+local function to_tail(g)
+  local tail = redis.call('ZRANGE', KEYS[16], -1, -1, 'WITHSCORES')
+  redis.call('ZADD', KEYS[16], (tonumber(tail[2]) or 0) + 1, g)
+end
+
+-- A job of group g back among its group's ready jobs (at the head: a suspect put back).
+local function group_ready(id, g, p, head)
+  redis.call('SREM', gbase .. ':gr:' .. g, id)
+  if p ~= 0 and p >= -100 and p <= 100 then
+    local seq = redis.call('INCR', KEYS[14])
+    redis.call('ZADD', gbase .. ':gp:' .. g, string.format('%.0f', (100 - p) * STEP + seq), id)
+  elseif head then
+    redis.call('LPUSH', gbase .. ':g:' .. g, id)
+  else
+    redis.call('RPUSH', gbase .. ':g:' .. g, id)
+  end
+  if not redis.call('ZSCORE', KEYS[16], g) and not redis.call('HGET', KEYS[17], 'p:' .. g) then
+    to_tail(g)
+  end
+end
 
 -- Ids back to ready: the list, or the priority zset for a job with a priority.
 local function to_ready(ids)
+  if groups_on then
+    local plain = {}
+    for _, id in ipairs(ids) do
+      local c = redis.call('HMGET', KEYS[6], id .. ':g', id .. ':p')
+      local p = tonumber(c[2] or '0') or 0
+      if c[1] then
+        -- A group whose structures are garbage raises here: the error names it.
+        local ok, err = pcall(group_ready, id, c[1], p, false)
+        if not ok then
+          report(c[1], errtext(err))
+          redis.call('RPUSH', KEYS[1], id)
+        end
+      elseif p ~= 0 and p >= -100 and p <= 100 and prio_on then
+        local seq = redis.call('INCR', KEYS[14])
+        redis.call('ZADD', KEYS[13], string.format('%.0f', (100 - p) * STEP + seq), id)
+      else
+        plain[#plain + 1] = id
+      end
+    end
+    if #plain > 0 then redis.call('RPUSH', KEYS[1], unpack(plain)) end
+    return
+  end
   if not prio_on then
     redis.call('RPUSH', KEYS[1], unpack(ids))
     return
@@ -118,7 +183,8 @@ recover()
 
 local function forget(id)
   redis.call('HDEL', KEYS[5], id)
-  redis.call('HDEL', KEYS[6], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c')
+  redis.call('HDEL', KEYS[6], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c',
+    id .. ':g')
 end
 
 local function fail(id, reason, preview)
@@ -146,7 +212,7 @@ local function hand_out(id, body, tok, counts)
 end
 
 -- The next ready id (and its priority score, nil for the list).
-local function next_id()
+local function plain_next()
   if prio_on then
     local head = redis.call('ZRANGE', KEYS[13], 0, 0, 'WITHSCORES')
     if head[1] then
@@ -158,6 +224,115 @@ local function next_id()
     end
   end
   return redis.call('LPOP', KEYS[1]), nil
+end
+
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- A group setting: absent is nil; anything but a plain non-negative integer is garbage.
+local function setting(v, g, what)
+  if not v then return nil end
+  if #v > 15 or not string.match(v, '^%d+$') then
+    error({err = 'group setting ' .. what .. ' is not an integer'})
+  end
+  return tonumber(v)
+end
+
+-- Take one ready id of group g, or nil with the reason it gave none ('paused', 'busy',
+-- 'empty'). Only reads until the id is taken: a garbage structure raises before any write.
+local function group_take(g)
+  local c = redis.call('HMGET', KEYS[17], 'p:' .. g, 'c:' .. g, 'r:' .. g)
+  if c[1] then return nil, 'paused' end
+  local limit = setting(c[2], g, 'c:' .. g)
+  local run = gbase .. ':gr:' .. g
+  if limit then
+    if redis.call('SCARD', run) >= limit then
+      -- Slots of jobs no longer reserved (a lease ended, a move missed) come back.
+      for _, id in ipairs(redis.call('SMEMBERS', run)) do
+        if not redis.call('ZSCORE', KEYS[3], id) then redis.call('SREM', run, id) end
+      end
+      if redis.call('SCARD', run) >= limit then return nil, 'busy' end
+    end
+  else
+    redis.call('SCARD', run)  -- its type is checked before the take
+  end
+  local interval, burst, tat = nil, nil, nil
+  if c[3] then
+    local a, b = string.match(c[3], '^(%d+) (%d+)$')
+    interval, burst = tonumber(a), tonumber(b)
+    if not interval or not burst or interval < 1 or burst < 1 or #c[3] > 31 then
+      error({err = 'group setting r:' .. g .. ' is not "<interval us> <burst>"'})
+    end
+    tat = tonumber(redis.call('GET', gbase .. ':gt:' .. g) or now_us)
+    if not tat or tat ~= tat or tat > now_us + interval * burst then tat = now_us end
+    if tat < now_us then tat = now_us end
+    if now_us < tat + interval - interval * burst then return nil, 'busy' end
+  end
+  local id, score = nil, nil
+  local gl, gp = gbase .. ':g:' .. g, gbase .. ':gp:' .. g
+  if prio_on then
+    local head = redis.call('ZRANGE', gp, 0, 0, 'WITHSCORES')
+    if head[1] then
+      local s = tonumber(head[2])
+      if s < BOUND or redis.call('LLEN', gl) == 0 then
+        redis.call('ZREM', gp, head[1])
+        id, score = head[1], s
+      end
+    end
+  end
+  if not id then id = redis.call('LPOP', gl) end
+  if not id then return nil, 'empty' end
+  if tat then
+    local new_tat = tat + interval
+    redis.call('SET', gbase .. ':gt:' .. g, string.format('%d', new_tat),
+      'PX', math.ceil((new_tat - now_us) / 1000) + 1)
+  end
+  if redis.call('LLEN', gl) > 0 or (prio_on and redis.call('EXISTS', gp) == 1) then
+    to_tail(g)
+  else
+    redis.call('ZREM', KEYS[16], g)
+  end
+  return id, score
+end
+
+-- Round-robin over the ring; returns id, priority score, group (nil: ungrouped).
+local SCAN = 100
+local function next_id()
+  if not groups_on then
+    local id, score = plain_next()
+    return id, score, nil
+  end
+  for _ = 1, SCAN do
+    local head = redis.call('ZRANGE', KEYS[16], 0, 0)
+    local g = head[1]
+    if not g then return nil end
+    if g == '' then
+      local id, score = plain_next()
+      if redis.call('LLEN', KEYS[1]) > 0 or (prio_on and redis.call('ZCARD', KEYS[13]) > 0) then
+        to_tail('')
+      else
+        redis.call('ZREM', KEYS[16], '')
+      end
+      if id then return id, score, nil end
+    else
+      local ok, id, why = pcall(group_take, g)
+      if not ok then
+        report(g, errtext(id))
+        redis.call('ZREM', KEYS[16], g)
+      elseif id then
+        return id, why, g
+      elseif why == 'busy' then
+        to_tail(g)
+      else
+        -- Paused (resume puts it back) or emptied: out of the ring.
+        redis.call('ZREM', KEYS[16], g)
+      end
+    end
+  end
+  return nil
+end
+if groups_on and (redis.call('LLEN', KEYS[1]) > 0
+    or (prio_on and redis.call('ZCARD', KEYS[13]) > 0))
+  and not redis.call('ZSCORE', KEYS[16], '') then
+  to_tail('')
 end
 
 local rcpt = redis.call('GET', KEYS[11])
@@ -184,7 +359,7 @@ local got = {}
 -- A hand-written counter restarts from the clock, which only moves forward.
 local last = counter(redis.call('GET', KEYS[10])) or now
 while n < max do
-  local id, score = next_id()
+  local id, score, g = next_id()
   if not id then break end
   local body = redis.call('HGET', KEYS[5], id)
   local counts, sound = nil, true
@@ -226,7 +401,16 @@ while n < max do
     -- A suspect (its lease expired before: its worker died or froze with it) is handed
     -- out alone, so a job that kills its process takes no neighbours down with it.
     -- Back to the head: the next pop hands it out by itself.
-    if score then
+    if g then
+      if score then
+        redis.call('ZADD', gbase .. ':gp:' .. g, string.format('%.0f', score), id)
+      else
+        redis.call('LPUSH', gbase .. ':g:' .. g, id)
+      end
+      if not redis.call('ZSCORE', KEYS[16], g) then
+        redis.call('ZADD', KEYS[16], 0, g)
+      end
+    elseif score then
       redis.call('ZADD', KEYS[13], string.format('%.0f', score), id)
     else
       redis.call('LPUSH', KEYS[1], id)
@@ -234,6 +418,7 @@ while n < max do
     break
   else
     redis.call('ZADD', KEYS[3], now + lease, id)
+    if g then redis.call('SADD', gbase .. ':gr:' .. g, id) end
     -- One read and one write of the counters (attempts, exceptions, stalls, token).
     counts[1] = counts[1] + 1
     last = last + 1
@@ -249,8 +434,10 @@ if #got > 0 then
   redis.call('SET', KEYS[11], seq .. '|' .. table.concat(got, ' '), 'PX', lease)
 end
 out[3] = dropped
+for _, b in ipairs(broken) do out[#out + 1] = b end
 
-if redis.call('LLEN', KEYS[1]) == 0 and (not prio_on or redis.call('ZCARD', KEYS[13]) == 0) then
+if redis.call('LLEN', KEYS[1]) == 0 and (not prio_on or redis.call('ZCARD', KEYS[13]) == 0)
+  and (not groups_on or redis.call('ZCARD', KEYS[16]) == 0 or (n == 0 and max > 0)) then
   -- Nothing left to wake anyone for: stale tokens would only cause empty pops.
   redis.call('DEL', KEYS[4])
   local wait = -1
@@ -260,6 +447,11 @@ if redis.call('LLEN', KEYS[1]) == 0 and (not prio_on or redis.call('ZCARD', KEYS
       local w = math.max(0, tonumber(head[2]) - now)
       if wait < 0 or w < wait then wait = w end
     end
+  end
+  if groups_on and n == 0 and max > 0 and redis.call('ZCARD', KEYS[16]) > 0 then
+    -- Only groups at their limits are left: look again soon (an ack of one of their
+    -- jobs also wakes a worker).
+    if wait < 0 or wait > 100 then wait = 100 end
   end
   out[2] = wait
 else

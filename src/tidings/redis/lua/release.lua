@@ -22,11 +22,35 @@ for _, field in ipairs({id, id .. ':e'}) do
   local v = redis.call('HGET', KEYS[6], field)
   if v and (#v > 15 or not string.match(v, '^%-?%d+$')) then redis.call('HDEL', KEYS[6], field) end
 end
+-- Fair groups (see pop.lua): a job of a group leaves its group's running set here and goes
+-- back into its group; its group's keys all derive from the queue's base key (one hash
+-- tag). Garbage in a group's structures never stops the move (pcall; the plain list).
+local gbase = string.sub(KEYS[3], 1, -10)
+local groups_on = redis.call('EXISTS', gbase .. ':gon') == 1
+local function group_back(id, g, p)
+  if p ~= 0 and p >= -100 and p <= 100 and redis.call('EXISTS', KEYS[9]) == 1 then
+    local seq = redis.call('INCR', KEYS[9])
+    redis.call('ZADD', gbase .. ':gp:' .. g, string.format('%.0f', (100 - p) * 35184372088832 + seq), id)
+  else
+    redis.call('RPUSH', gbase .. ':g:' .. g, id)
+  end
+  local ring = gbase .. ':gring'
+  if not redis.call('ZSCORE', ring, g) and not redis.call('HGET', gbase .. ':gcfg', 'p:' .. g) then
+    local tail = redis.call('ZRANGE', ring, -1, -1, 'WITHSCORES')
+    redis.call('ZADD', ring, (tonumber(tail[2]) or 0) + 1, g)
+  end
+end
+local g = groups_on and redis.call('HGET', KEYS[6], id .. ':g')
 if redis.call('ZREM', KEYS[3], id) == 0 then
   -- The lease had expired and pop put the id back on the ready list (no one reserved it
   -- since, or the token would differ): take that copy out, or it would skip the delay.
   redis.call('LREM', KEYS[1], 0, id)
+  if g then
+    pcall(redis.call, 'LREM', gbase .. ':g:' .. g, 0, id)
+    pcall(redis.call, 'ZREM', gbase .. ':gp:' .. g, id)
+  end
 end
+if g then pcall(redis.call, 'SREM', gbase .. ':gr:' .. g, id) end
 redis.call('HDEL', KEYS[6], id .. ':t')
 if ARGV[3] == '1' and tonumber(redis.call('HGET', KEYS[6], id) or '0') > 0 then
   redis.call('HINCRBY', KEYS[6], id, -1)
@@ -39,7 +63,9 @@ if delay > 0 then
   redis.call('ZADD', KEYS[2], now + delay, id)
 else
   local p = tonumber(redis.call('HGET', KEYS[6], id .. ':p') or '0') or 0
-  if p ~= 0 and p >= -100 and p <= 100 and redis.call('EXISTS', KEYS[9]) == 1 then
+  if g and pcall(group_back, id, g, p) then
+    -- Back among its group's ready jobs (a garbage group: to the plain list below).
+  elseif p ~= 0 and p >= -100 and p <= 100 and redis.call('EXISTS', KEYS[9]) == 1 then
     local seq = redis.call('INCR', KEYS[9])
     redis.call('ZADD', KEYS[8], string.format('%.0f', (100 - p) * 35184372088832 + seq), id)
   else

@@ -3,16 +3,31 @@
 -- KEYS[5] failed zset  KEYS[6] failed info hash   KEYS[7] failed body hash
 -- ARGV job ids
 -- Returns the number of jobs moved.
+-- A job of a fair group (its group kept in the failed info hash as id:g) goes back into
+-- its group's ready list, and the group into the ring unless it is paused (see pop.lua).
 local n = 0
+local function regroup(id, g)
+  redis.call('RPUSH', KEYS[1] .. ':g:' .. g, id)
+  redis.call('HSET', KEYS[4], id .. ':g', g)
+  local ring = KEYS[1] .. ':gring'
+  if not redis.call('ZSCORE', ring, g) and not redis.call('HGET', KEYS[1] .. ':gcfg', 'p:' .. g) then
+    local tail = redis.call('ZRANGE', ring, -1, -1, 'WITHSCORES')
+    redis.call('ZADD', ring, (tonumber(tail[2]) or 0) + 1, g)
+  end
+end
 for i = 1, #ARGV do
   local id = ARGV[i]
   local body = redis.call('HGET', KEYS[7], id)
   if body then
     redis.call('HSET', KEYS[3], id, body)
-    redis.call('HDEL', KEYS[4], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c')
-    redis.call('RPUSH', KEYS[1], id)
+    redis.call('HDEL', KEYS[4], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c',
+      id .. ':g')
+    local g = redis.call('HGET', KEYS[6], id .. ':g')
+    if not (g and redis.call('EXISTS', KEYS[1] .. ':gon') == 1 and pcall(regroup, id, g)) then
+      redis.call('RPUSH', KEYS[1], id)
+    end
     redis.call('ZREM', KEYS[5], id)
-    redis.call('HDEL', KEYS[6], id)
+    redis.call('HDEL', KEYS[6], id, id .. ':g')
     redis.call('HDEL', KEYS[7], id)
     n = n + 1
   end
