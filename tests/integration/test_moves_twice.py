@@ -230,3 +230,4 @@ def test_broadcast_publish_twice_adds_one_entry(rq: RedisQueue) -> None:
     second = scripts.BROADCAST_PUBLISH.call(rq.client, keys, args)
     assert first == second
     assert rq.client.xlen(keys[0]) == 1
+    assert rq.client.hlen(keys[1]) == rq.client.llen(keys[2]) == 1  # no key per message
