@@ -243,7 +243,7 @@ class Hub:
         reader, self._reader, self._reader_id = self._reader, None, None
         if reader is not None:
             with contextlib.suppress(Exception):
-                if isinstance(reader, redis.asyncio.Redis):
+                if hasattr(reader, "aclose"):  # a (Cluster) client
                     await reader.aclose()
                 else:
                     await reader.disconnect()
@@ -264,7 +264,7 @@ class Hub:
     async def _read(self) -> Any:
         reader = await self._connect_reader()
         self.reads += 1
-        if isinstance(reader, redis.asyncio.Redis):
+        if not hasattr(reader, "send_packed_command"):  # a (Cluster) client, not a connection
             streams: dict[Any, Any] = {c.key: c.last_id for c in self._channels.values()}
             return await reader.xread(streams, count=1000, block=self.block_ms)
         await reader.send_packed_command(self._packed(), check_health=False)
