@@ -92,7 +92,8 @@ def main() -> None:
             sv = server_us[name]
             print(f"  {name:36s} {statistics.median(xs):7.1f} us/publish "
                   f"(min {min(xs):.1f}, max {max(xs):.1f}); in Redis "
-                  f"{statistics.median(sv):5.1f} us (min {min(sv):.1f}, max {max(sv):.1f})")  # fmt: skip
+                  f"{statistics.median(sv):5.1f} us "
+                  f"(min {min(sv):.1f}, max {max(sv):.1f})")  # fmt: skip
         for name, rows in foot.items():
             for n, keys, used in rows:
                 print(f"  {name:36s} after {n:6d} messages: {keys:6d} keys, "
