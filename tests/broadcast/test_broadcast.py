@@ -60,7 +60,10 @@ def test_a_publish_resent_with_its_message_id_adds_nothing(app: App) -> None:
     assert first == again
     assert [sid for sid, _ in entries(app, "news")] == [first[0]]
     assert entries(app, "orders")[0][1] == {
-        b"e": b"posted", b"d": b'{"n":1}', b"m": b"m1", b"p": b"0-0"
+        b"e": b"posted",
+        b"d": b'{"n":1}',
+        b"m": b"m1",
+        b"p": b"0-0",
     }
     # still remembered after other messages on the channel (a worker retry comes later)
     for i in range(50):
@@ -133,7 +136,8 @@ def test_a_should_broadcast_event_is_queued_and_the_worker_publishes_it(app: App
     for channel in ("private-orders.42", "orders"):
         [(_, fields)] = entries(app, channel)
         assert (fields[b"e"], fields[b"d"]) == (
-            b"OrderShipped", b'{"order_id":42,"note":"on its way"}'
+            b"OrderShipped",
+            b'{"order_id":42,"note":"on its way"}',
         )
         assert fields[b"m"] == ids[0].encode()  # the job id is the message id
     [(_, fields)] = entries(app, "news")
@@ -170,11 +174,12 @@ def test_two_users_hear_only_their_own_channel_and_a_refusal_is_a_bare_403(
     app: App, redis_url: str, prefix: str, spawn_proc: Spawn
 ) -> None:
     _, base = start_server(spawn_proc, redis_url, prefix, BC_HEARTBEAT_S="1")
-    with sse(base, ["private-orders.1"], user=1) as one, sse(
-        base, ["private-orders.2", "orders"], user=2
-    ) as two, sse(base, ["private-orders.1"], user=2) as thief, sse(
-        base, ["private-orders.1"]
-    ) as nobody:
+    with (
+        sse(base, ["private-orders.1"], user=1) as one,
+        sse(base, ["private-orders.2", "orders"], user=2) as two,
+        sse(base, ["private-orders.1"], user=2) as thief,
+        sse(base, ["private-orders.1"]) as nobody,
+    ):
         assert (one.status, two.status) == (200, 200)
         assert (thief.status, thief.body, nobody.status, nobody.body) == (403, b"", 403, b"")
         for i in range(20):
@@ -291,8 +296,6 @@ def test_bad_requests_name_the_fix(redis_url: str, prefix: str, spawn_proc: Spaw
         resp = httpx.get(base + "/" + query, timeout=5)
         assert resp.status_code == 400 and "?channel=NAME" in resp.text
     assert httpx.post(base + "/?channel=a", timeout=5).status_code == 405
-
-
 
 
 def test_connected_browsers_keep_receiving_after_a_redis_restart(
@@ -452,3 +455,33 @@ def _read_all_after(base: str, last_id: str | None, expected: int, app: App) -> 
         time.sleep(0.3)
         out = [e.data["data"]["n"] for e in reader.events]
     return out
+
+
+def test_the_gap_check_reads_streams_written_before_entries_named_their_predecessor(
+    app: App,
+) -> None:
+    """Entries without ``p`` (written by the first publish script) fall back to XINFO's
+    counters: a position trimmed away is a gap, one still in the stream is not."""
+    from tidings.broadcasting.hub import Hub
+
+    rq = app.queue_for(None)
+    key = broadcast_stream_key(app.settings.prefix, "legacy")
+    sent = [
+        rq.client.xadd(key, {"e": "tick", "d": "1"}, maxlen=10, approximate=True).decode()
+        for _ in range(300)
+    ]
+    kept = [sid for sid, _ in entries(app, "legacy")]
+    assert kept[0] != sent[0]
+    hub = Hub(rq.url, rq.prefix)
+
+    async def check() -> tuple[bool, bool, bool]:
+        try:
+            return (
+                await hub.trimmed_after("legacy", sent[0]),
+                await hub.trimmed_after("legacy", kept[0]),
+                await hub.trimmed_after("nothing-here", sent[0]),
+            )
+        finally:
+            await hub.close()
+
+    assert asyncio.run(check()) == (True, False, False)
