@@ -96,10 +96,11 @@ def sse(
     user: int | None = None,
     last_event_id: str | None = None,
     params: dict[str, str] | None = None,
+    extra_headers: dict[str, str] | None = None,
 ) -> Iterator[SseReader]:
     """Open ``base/?channel=...`` as a browser would; the reader fills on a thread."""
     reader = SseReader()
-    headers = {"accept": "text/event-stream"}
+    headers = {"accept": "text/event-stream", **(extra_headers or {})}
     if user is not None:
         headers["x-user"] = str(user)
     if last_event_id is not None:

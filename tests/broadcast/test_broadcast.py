@@ -20,7 +20,7 @@ from tidings.broadcasting import BroadcastEvent
 from tidings.broadcasting.hub import CONTROL_CONNECTIONS
 from tidings.errors import ValidationError
 from tidings.events.call_queued import CallQueuedListener
-from tidings.redis.keys import broadcast_stream_key
+from tidings.redis.keys import broadcast_ids_keys, broadcast_stream_key
 from tidings.testing import fake_notifications, fake_queue
 from tidings.worker.worker import Worker, WorkerOptions
 
@@ -59,7 +59,51 @@ def test_a_publish_resent_with_its_message_id_adds_nothing(app: App) -> None:
     again = app.broadcasting.publish(["news", "orders"], "posted", {"n": 1}, message_id="m1")
     assert first == again
     assert [sid for sid, _ in entries(app, "news")] == [first[0]]
-    assert entries(app, "orders")[0][1] == {b"e": b"posted", b"d": b'{"n":1}'}
+    assert entries(app, "orders")[0][1] == {
+        b"e": b"posted",
+        b"d": b'{"n":1}',
+        b"m": b"m1",
+        b"p": b"0-0",
+    }
+    # still remembered after other messages on the channel (a worker retry comes later)
+    for i in range(50):
+        app.broadcasting.publish("news", "posted", {"i": i}, message_id=f"x{i}")
+    assert app.broadcasting.publish("news", "posted", {"n": 1}, message_id="m1") == first[:1]
+    assert len(entries(app, "news")) == 51
+
+
+def _broadcast_keys(app: App) -> list[bytes]:
+    r = app.queue_for(None).client
+    return sorted(r.scan_iter(match=f"{app.settings.prefix}:broadcast:*", count=1000))
+
+
+def test_publish_memory_is_bounded_by_the_window_not_the_message_count(app: App) -> None:
+    """One key per message per channel (the old receipts) made 86 million keys a day at
+    1,000 messages/s. Now: a stream and two id keys per channel, each O(max_len)."""
+    r = app.queue_for(None).client
+    app.broadcasting.max_len = 100
+    channels = ["a", "b"]
+
+    def usage() -> int:
+        return sum(int(r.memory_usage(k, samples=0) or 0) for k in _broadcast_keys(app))
+
+    def send(start: int, n: int) -> None:
+        for i in range(start, start + n):
+            app.broadcasting.publish(channels, "tick", {"i": i}, message_id=f"msg-{i}")
+
+    send(0, 500)
+    keys_after_500, bytes_after_500 = _broadcast_keys(app), usage()
+    send(500, 4500)
+    keys_after_5000, bytes_after_5000 = _broadcast_keys(app), usage()
+    assert len(keys_after_5000) == len(keys_after_500) == 3 * len(channels)
+    ids_hash, ids_list = broadcast_ids_keys(app.settings.prefix, "a")
+    assert r.hlen(ids_hash) == r.llen(ids_list) == 100  # the window, not 5,000
+    # ten times the messages, about the same memory (MAXLEN ~ trims whole stream nodes)
+    assert bytes_after_5000 < 1.5 * bytes_after_500, (bytes_after_500, bytes_after_5000)
+    assert r.ttl(ids_hash) > 0 and r.ttl(ids_list) > 0  # an idle channel forgets them
+    # the window's ids still deduplicate; one that left the window publishes again
+    sid = app.broadcasting.publish(channels, "tick", {"i": 4999}, message_id="msg-4999")
+    assert sid == [entries(app, c)[-1][0] for c in channels]
 
 
 def test_streams_are_bounded_by_max_len(app: App) -> None:
@@ -91,9 +135,13 @@ def test_a_should_broadcast_event_is_queued_and_the_worker_publishes_it(app: App
     work(app)
     for channel in ("private-orders.42", "orders"):
         [(_, fields)] = entries(app, channel)
-        assert fields == {b"e": b"OrderShipped", b"d": b'{"order_id":42,"note":"on its way"}'}
+        assert (fields[b"e"], fields[b"d"]) == (
+            b"OrderShipped",
+            b'{"order_id":42,"note":"on its way"}',
+        )
+        assert fields[b"m"] == ids[0].encode()  # the job id is the message id
     [(_, fields)] = entries(app, "news")
-    assert fields == {b"e": b"news.posted", b"d": b'{"text":"HELLO"}'}
+    assert (fields[b"e"], fields[b"d"]) == (b"news.posted", b'{"text":"HELLO"}')
 
 
 def test_a_broadcast_notification_goes_to_the_notifiables_private_channel(app: App) -> None:
@@ -126,11 +174,12 @@ def test_two_users_hear_only_their_own_channel_and_a_refusal_is_a_bare_403(
     app: App, redis_url: str, prefix: str, spawn_proc: Spawn
 ) -> None:
     _, base = start_server(spawn_proc, redis_url, prefix, BC_HEARTBEAT_S="1")
-    with sse(base, ["private-orders.1"], user=1) as one, sse(
-        base, ["private-orders.2", "orders"], user=2
-    ) as two, sse(base, ["private-orders.1"], user=2) as thief, sse(
-        base, ["private-orders.1"]
-    ) as nobody:
+    with (
+        sse(base, ["private-orders.1"], user=1) as one,
+        sse(base, ["private-orders.2", "orders"], user=2) as two,
+        sse(base, ["private-orders.1"], user=2) as thief,
+        sse(base, ["private-orders.1"]) as nobody,
+    ):
         assert (one.status, two.status) == (200, 200)
         assert (thief.status, thief.body, nobody.status, nobody.body) == (403, b"", 403, b"")
         for i in range(20):
@@ -223,6 +272,14 @@ def test_a_token_guards_the_server_and_other_addresses_need_one(
     assert httpx.get(base + "/?channel=news", timeout=5).status_code == 401
     with sse(base, ["news"], params={"token": "s3cret-token-value"}) as ok:
         assert ok.status == 200
+    bearer = {"authorization": "Bearer s3cret-token-value"}
+    with sse(base, ["news"], extra_headers=bearer) as by_header:
+        assert by_header.status == 200
+    wrong = {"authorization": "Bearer wrong"}
+    assert httpx.get(base + "/?channel=news", headers=wrong, timeout=5).status_code == 401
+    refused = httpx.get(base + "/?channel=news&token=nope", timeout=5)
+    assert refused.status_code == 401 and "Authorization: Bearer" in refused.text
+    assert "nope" not in refused.text
     proc = spawn_proc(
         [NOTIFY_WORKER, "broadcast-server", "-A", "tests.broadcast.open_app:app",
          "--host", "0.0.0.0", "--port", "1"],
@@ -239,8 +296,6 @@ def test_bad_requests_name_the_fix(redis_url: str, prefix: str, spawn_proc: Spaw
         resp = httpx.get(base + "/" + query, timeout=5)
         assert resp.status_code == 400 and "?channel=NAME" in resp.text
     assert httpx.post(base + "/?channel=a", timeout=5).status_code == 405
-
-
 
 
 def test_connected_browsers_keep_receiving_after_a_redis_restart(
@@ -313,6 +368,28 @@ def test_a_browser_back_after_the_window_is_told_of_the_gap_then_gets_what_is_le
         assert [e.event for e in current.events] == ["tick"]  # no gap when nothing was lost
 
 
+def test_no_gap_when_the_last_message_trimmed_was_the_browsers_own(
+    app: App, redis_url: str, prefix: str, spawn_proc: Spawn
+) -> None:
+    """The browser's last message is exactly the newest one trimmed: nothing it has not
+    seen is gone, so no tidings.gap; one message older than that, and it is told."""
+    _, base = start_server(spawn_proc, redis_url, prefix, BC_HEARTBEAT_S="1")
+    app.broadcasting.max_len = 10
+    sent = [app.broadcasting.publish("edge", "tick", {"n": n})[0] for n in range(500)]
+    kept = [sid for sid, _ in entries(app, "edge")]
+    assert kept[-1] == sent[-1] and kept[0] != sent[0]  # trimmed
+    last_trimmed = sent[sent.index(kept[0]) - 1]
+    before_that = sent[sent.index(kept[0]) - 2]
+    with sse(base, ["edge"], last_event_id=last_trimmed) as exact:
+        exact.wait_events(len(kept))
+        assert [e.id for e in exact.events] == kept  # no tidings.gap first
+        assert all(e.event == "tick" for e in exact.events)
+    with sse(base, ["edge"], last_event_id=before_that) as behind:
+        behind.wait_events(1 + len(kept))
+        assert behind.events[0].event == "tidings.gap"
+        assert [e.id for e in behind.events[1:]] == kept
+
+
 def orjson_loads(raw: bytes) -> Any:
     import orjson
 
@@ -378,3 +455,33 @@ def _read_all_after(base: str, last_id: str | None, expected: int, app: App) -> 
         time.sleep(0.3)
         out = [e.data["data"]["n"] for e in reader.events]
     return out
+
+
+def test_the_gap_check_reads_streams_written_before_entries_named_their_predecessor(
+    app: App,
+) -> None:
+    """Entries without ``p`` (written by the first publish script) fall back to XINFO's
+    counters: a position trimmed away is a gap, one still in the stream is not."""
+    from tidings.broadcasting.hub import Hub
+
+    rq = app.queue_for(None)
+    key = broadcast_stream_key(app.settings.prefix, "legacy")
+    sent = [
+        rq.client.xadd(key, {"e": "tick", "d": "1"}, maxlen=10, approximate=True).decode()
+        for _ in range(300)
+    ]
+    kept = [sid for sid, _ in entries(app, "legacy")]
+    assert kept[0] != sent[0]
+    hub = Hub(rq.url, rq.prefix)
+
+    async def check() -> tuple[bool, bool, bool]:
+        try:
+            return (
+                await hub.trimmed_after("legacy", sent[0]),
+                await hub.trimmed_after("legacy", kept[0]),
+                await hub.trimmed_after("nothing-here", sent[0]),
+            )
+        finally:
+            await hub.close()
+
+    assert asyncio.run(check()) == (True, False, False)

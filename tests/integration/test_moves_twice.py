@@ -17,9 +17,9 @@ import orjson
 import pytest
 
 from tests.integration.test_lua_scripts import envelope, held, k_of, pop, run
-from tidings.redis import scripts
 from tidings.moves.consume import Broker
 from tidings.moves.queues import RedisQueue
+from tidings.redis import scripts
 from tidings.redis.scripts import UNIQUE_PUSH
 
 
@@ -230,3 +230,4 @@ def test_broadcast_publish_twice_adds_one_entry(rq: RedisQueue) -> None:
     second = scripts.BROADCAST_PUBLISH.call(rq.client, keys, args)
     assert first == second
     assert rq.client.xlen(keys[0]) == 1
+    assert rq.client.hlen(keys[1]) == rq.client.llen(keys[2]) == 1  # no key per message

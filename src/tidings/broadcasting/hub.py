@@ -164,14 +164,35 @@ class Hub:
             self._has_channels.clear()
 
     async def trimmed_after(self, channel: str, after: str) -> bool:
-        """Whether ``MAXLEN`` trimming may have dropped entries newer than ``after``: some
-        entries were trimmed and the oldest one kept is newer than ``after`` (Redis 7's
-        ``entries-added`` and ``recorded-first-entry-id``; older servers do not say, and
-        this answers False). It errs on one side only: when the last entry trimmed was
-        ``after`` itself it says True though nothing newer is gone."""
+        """Whether ``MAXLEN`` trimming dropped entries newer than ``after``.
+
+        The oldest entry kept carries its predecessor's id (``p``, written by the publish
+        script): when that predecessor is ``after`` itself (the browser's last message
+        was the last one trimmed), or ``after`` is still in the stream, nothing newer is
+        gone. Entries written before ``p`` existed fall back to ``XINFO STREAM`` (Redis
+        7's ``entries-added``), which errs on one side: True when the last entry trimmed
+        was ``after``."""
+        key = self.key(channel)
         try:
             async with self._gate:
-                info: Any = await self.control.xinfo_stream(self.key(channel))
+                head: Any = await self.control.xrange(key, count=1)
+        except RedisError:
+            return False
+        if not head:
+            return False  # an empty (or no) stream: nothing newer than ``after`` was kept
+        first, fields = head[0]
+        if _id_tuple(_text(first)) <= _id_tuple(after):
+            return False  # ``after`` (or something older) is still in the window
+        prev = fields.get(b"p")
+        if prev is not None:
+            # the entry before the oldest kept one: trimmed unless it is ``after``
+            return _id_tuple(_text(prev)) > _id_tuple(after)
+        return await self._trimmed_by_counts(key, after)
+
+    async def _trimmed_by_counts(self, key: str, after: str) -> bool:
+        try:
+            async with self._gate:
+                info: Any = await self.control.xinfo_stream(key)
         except RedisError:
             return False  # no such stream: nothing was trimmed
         added, length = info.get("entries-added"), info.get("length")
@@ -222,7 +243,7 @@ class Hub:
         reader, self._reader, self._reader_id = self._reader, None, None
         if reader is not None:
             with contextlib.suppress(Exception):
-                if isinstance(reader, redis.asyncio.Redis):
+                if hasattr(reader, "aclose"):  # a (Cluster) client
                     await reader.aclose()
                 else:
                     await reader.disconnect()
@@ -243,7 +264,7 @@ class Hub:
     async def _read(self) -> Any:
         reader = await self._connect_reader()
         self.reads += 1
-        if isinstance(reader, redis.asyncio.Redis):
+        if not hasattr(reader, "send_packed_command"):  # a (Cluster) client, not a connection
             streams: dict[Any, Any] = {c.key: c.last_id for c in self._channels.values()}
             return await reader.xread(streams, count=1000, block=self.block_ms)
         await reader.send_packed_command(self._packed(), check_health=False)

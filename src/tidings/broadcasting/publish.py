@@ -1,7 +1,8 @@
 """Publishing: one XADD per message per channel, each one Lua script, once.
 
-The script (``redis/lua/broadcast_publish.lua``) keeps a receipt per (message id,
-channel): a publish re-sent after a lost reply, or a job retried after it published,
+The script (``redis/lua/broadcast_publish.lua``) remembers each channel's last ``max_len``
+message ids (a hash and a list per channel, trimmed with the stream, never a key per
+message): a publish re-sent after a lost reply, or a job retried after it published,
 returns the stream id of the first write instead of adding a second copy.
 """
 
@@ -11,11 +12,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from tidings.redis import scripts
-from tidings.redis.keys import broadcast_receipt_key, broadcast_stream_key
+from tidings.redis.keys import broadcast_ids_keys, broadcast_stream_key
 
 #: Default bound of each channel's stream (``MAXLEN ~``): the replay window.
 DEFAULT_MAX_LEN = 1000
-#: How long a publish receipt is kept (a job retried later than that publishes again).
+#: How long a channel's recent message ids outlive its last publish (a channel nobody
+#: publishes to forgets them then; while it is used, the last ``max_len`` are kept).
 DEFAULT_RECEIPT_TTL_S = 24 * 3600.0
 
 
@@ -30,11 +32,9 @@ def publish_args(
     receipt_ttl_s: float,
 ) -> tuple[list[str], list[scripts.Arg]]:
     """Keys and arguments of one publish (shared by the sync and async twins)."""
-    keys = [
-        broadcast_stream_key(prefix, channel),
-        broadcast_receipt_key(prefix, message_id, channel),
-    ]
-    args: list[scripts.Arg] = [max_len, max(1, round(receipt_ttl_s * 1000)), event, data]
+    keys = [broadcast_stream_key(prefix, channel), *broadcast_ids_keys(prefix, channel)]
+    ttl_ms = max(1, round(receipt_ttl_s * 1000))
+    args: list[scripts.Arg] = [max(1, max_len), ttl_ms, event, data, message_id]
     return keys, args
 
 

@@ -50,8 +50,10 @@ class Broadcasting:
     Attributes:
         max_len: bound of each channel's stream (``XADD MAXLEN ~``): how far back a
             reconnecting browser's ``Last-Event-ID`` can replay. Default 1000.
-        receipt_ttl_s: how long a publish remembers its message id (re-sent or retried
-            publishes inside it add nothing). Default one day.
+        receipt_ttl_s: how long a channel's recent message ids outlive its last publish.
+            A re-sent or retried publish adds nothing while its id is among the
+            channel's last ``max_len`` (kept per channel, trimmed with the stream: memory
+            is O(max_len) per channel, never a key per message). Default one day.
         heartbeat_s: seconds between SSE comment lines on an idle connection (proxies
             close silent ones). Default 15.
         block_ms: longest ``XREAD BLOCK`` of a web process's reader. Default 1000.

@@ -9,7 +9,7 @@ Each message arrives as ``id: <stream id>``, ``event: <name>`` and
 holding its start position, so a browser that reconnects (``EventSource`` sends
 ``Last-Event-ID``) replays what it missed within each stream's window. With several
 channels the id is the comma-joined stream ids in the order the channels were asked
-for. When a reconnecting browser's position is older than what a stream still holds, it
+for. When trimming dropped messages newer than a reconnecting browser's position, it
 first gets ``event: tidings.gap`` (``data: {"channel": ...}``): some messages are gone
 and the page should reload its state. Idle connections get a comment line every
 ``heartbeat_s``. A private channel the app's callback refuses gets ``403`` with an empty
@@ -73,8 +73,9 @@ class BroadcastEndpoint:
 
     Args:
         app: the tidings App (its Redis, prefix and ``app.broadcasting`` callbacks).
-        token: when set, every request must carry it (``?token=`` or
-            ``Authorization: Bearer``); else 401.
+        token: when set, every request must carry it (``Authorization: Bearer``, or
+            ``?token=`` for ``EventSource``, which cannot set headers: a token in a URL
+            may be logged by proxies on the way); else 401.
     """
 
     def __init__(self, app: Any, *, token: str | None = None) -> None:
@@ -121,7 +122,8 @@ class BroadcastEndpoint:
             if auth.lower().startswith("bearer "):
                 given = auth[7:].strip()
             if not hmac.compare_digest(given.encode(), self.token.encode()):
-                await _plain(send, 401, b"a valid token is required (?token=...)\n")
+                await _plain(send, 401, b"a valid token is required: the header "
+                             b"Authorization: Bearer <token>, or ?token= for EventSource\n")
                 return
         channels: list[str] = []
         for value in request.query_params.getlist("channel") + request.query_params.getlist(

@@ -229,11 +229,14 @@ def known_queues_key(prefix: str) -> str:
 # -- broadcasting to browsers (tidings.broadcasting) ---------------------------------------
 #
 #   {prefix}:broadcast:{streams}:ch:<channel>          stream of one channel's messages
-#                                                      (fields e: event name, d: JSON data)
-#   {prefix}:broadcast:{streams}:rcpt:<id>:<channel>   stream id a message was added as
+#                                                      (fields e: event name, d: JSON data,
+#                                                      m: message id, p: previous entry's id)
+#   {prefix}:broadcast:{streams}:ids:<channel>         hash: recent message id -> stream id
+#   {prefix}:broadcast:{streams}:idq:<channel>         list: those message ids, newest first
 #
 # One hash tag for every channel, so a web process reads all its channels with one
-# XREAD (one slot on Redis Cluster).
+# XREAD (one slot on Redis Cluster). The id keys hold the channel's last max_len message
+# ids (trimmed with the stream), never a key per message.
 
 
 def broadcast_stream_key(prefix: str, channel: str) -> str:
@@ -241,6 +244,8 @@ def broadcast_stream_key(prefix: str, channel: str) -> str:
     return f"{prefix}:broadcast:{{streams}}:ch:{channel}"
 
 
-def broadcast_receipt_key(prefix: str, message_id: str, channel: str) -> str:
-    """The receipt of message ``message_id`` on ``channel`` (a re-sent publish adds nothing)."""
-    return f"{prefix}:broadcast:{{streams}}:rcpt:{message_id}:{channel}"
+def broadcast_ids_keys(prefix: str, channel: str) -> tuple[str, str]:
+    """The recent message ids of ``channel`` (a re-sent publish adds nothing): the hash
+    message id -> stream id, and the list of those ids, newest first (its trimming order)."""
+    base = f"{prefix}:broadcast:{{streams}}"
+    return f"{base}:ids:{channel}", f"{base}:idq:{channel}"
