@@ -111,6 +111,19 @@ def _finalize(value: Any) -> Any:
 #: What a finished action may report on the failed page: a code, never free text.
 OUTCOMES = {"retried": "retried", "forgot": "forgot"}
 
+#: What the job page says after its Cancel button: a code in the URL, this text shown.
+CANCEL_OUTCOMES = {
+    "cancelled": "Cancelled: the job was waiting and will never run.",
+    "cancelling": "Cancelling: the job is running and its worker was told to stop it.",
+    "done": "Already finished (done): nothing changed.",
+    "failed": "Already finished (failed): nothing changed.",
+    "already": "Already cancelled: nothing changed.",
+    "missing": "No such job: no queue knows this id.",
+    "unavailable": "Redis could not be reached: nothing was cancelled. Try again.",
+}
+_CANCEL_CODES = {"cancelled": "cancelled", "cancelling": "cancelling", "done": "done",
+                 "failed": "failed", "cancelled already": "already"}  # fmt: skip
+
 
 class Dashboard:
     """The routes, bound to one App."""
@@ -184,14 +197,22 @@ class Dashboard:
     def batches(self, request: Request) -> HTMLResponse:
         return self.render(request, "batches.html", batches=self.reader.batches())
 
+    def batch(self, request: Request) -> HTMLResponse:
+        batch_id = request.path_params["batch_id"][:128]
+        view = self.reader.batch(batch_id)
+        if view is None:
+            return self.render(request, "missing.html", 404, what="batch", job_id=batch_id)
+        return self.render(request, "batch.html", b=view.info, view=view)
+
     def job(self, request: Request) -> Response:
         job_id = request.query_params.get("id") or request.path_params.get("job_id") or ""
         job_id = job_id.strip()[:128]
+        said = CANCEL_OUTCOMES.get(request.query_params.get("cancel", ""), "")
         if not job_id:
-            return self.render(request, "job.html", job_id="", state=None, timing=None)
-        state, timing = self.reader.job(job_id)
-        return self.render(request, "job.html", job_id=job_id, state=state, timing=timing,
-                           status=200 if state else 404)  # fmt: skip
+            return self.render(request, "job.html", job_id="", job=None, said=said)
+        view = self.reader.job(job_id)
+        return self.render(request, "job.html", job_id=job_id, job=view, said=said,
+                           status=200 if view else 404)  # fmt: skip
 
     def metrics(self, request: Request) -> Response:
         from tidings.observability.prometheus import dashboard_text
@@ -276,6 +297,28 @@ class Dashboard:
             n = await run_in_threadpool(rq.forget, [form.get("id", "")])
         return self._back(request, "forgot", n)
 
+    async def cancel(self, request: Request) -> Response:
+        """The job page's Cancel button: the move ``app.cancel`` makes, on every queue
+        the dashboard knows; the answer is a code shown on the job's page."""
+        from tidings.errors import JobNotFound, QueueUnavailable
+        from tidings.moves.control import cancel
+
+        form = await self._form(request)
+        if form is None:
+            return self._refused(request)
+        job_id = form.get("id", "").strip()[:128]
+        rq = self.reader.rq
+        try:
+            queues = await run_in_threadpool(self.reader.queue_names)
+            outcome = await run_in_threadpool(cancel, rq, job_id, queues)
+            code = _CANCEL_CODES.get(str(outcome), "missing")
+        except JobNotFound:
+            code = "missing"
+        except QueueUnavailable:
+            code = "unavailable"
+        query = urlencode({"id": job_id, "cancel": code})
+        return RedirectResponse(f"{_root(request)}/jobs?{query}", 303)
+
     def _back(self, request: Request, outcome: str, n: int) -> Response:
         query = urlencode({"done": outcome, "n": n})
         return RedirectResponse(f"{_root(request)}/failed?{query}", 303)
@@ -309,7 +352,9 @@ def create_app(app: Any, *, auth: Auth | None = None) -> Starlette:
         Route("/failed/forget", d.forget, methods=["POST"]),
         Route("/failed/{job_id:path}", d.failed_one, name="failed_one"),
         Route("/batches", d.batches, name="batches"),
+        Route("/batches/{batch_id:path}", d.batch, name="batch"),
         Route("/jobs", d.job, name="jobs"),
+        Route("/jobs/cancel", d.cancel, methods=["POST"]),
         Route("/jobs/{job_id:path}", d.job, name="job"),
         Route("/metrics", d.metrics, name="metrics"),
         Route("/login", d.login_form, methods=["GET"]),
