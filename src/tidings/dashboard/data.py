@@ -12,6 +12,7 @@ job is reachable, no request reads them all.
 from __future__ import annotations
 
 import base64
+import contextlib
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -469,10 +470,8 @@ def _name_and_priority(body: Any, raw_priority: Any) -> tuple[str, int | None]:
             p = inner.get("priority", 0)
             priority = p if isinstance(p, int) and -100 <= p <= 100 else 0
     if raw_priority is not None:
-        try:
+        with contextlib.suppress(ValueError):
             priority = int(raw_priority)
-        except ValueError:
-            pass
     return name, priority
 
 
