@@ -274,3 +274,33 @@ def test_priorities_within_a_queue(e: Env, redis_topology: str) -> None:
     assert "CROSSSLOT" not in w.output()
     w.terminate()
     assert exited(w, 10) == 0
+
+
+def test_a_cancel_whose_message_was_missed_reaches_the_job_at_its_next_renewal(
+    e: Env, redis_topology: str
+) -> None:
+    """The cancel script run with its message sent to no one (as when the worker was
+    reconnecting, or with a redis-py whose asyncio cluster client has no pub/sub): the
+    worker's next lease renewal (every ``retry_after / 3``) reports the mark and the
+    handler is cancelled."""
+    from tidings.moves.control import _cancel_move
+    from tidings.redis import scripts
+
+    w = e.worker("--queue", "default", name="missed")
+    job_id = Crawler("missed").dispatch()
+    wait_for(lambda: _hget(e, "started", "missed") == "1", 30, message="the job started")
+    rq = e.app.queue_for(None)
+    keys, args = _cancel_move(rq, rq.keys("default"), job_id)
+    t0 = time.time()
+    assert scripts.CANCEL.call(rq.client, keys, [job_id, f"{e.prefix}:nobody"]) == b"running"
+    wait_for(lambda: _hget(e, "crawl", "missed") == "cancelled", 15,
+             message="the renewal carried the cancel")  # fmt: skip
+    took = float(_hget(e, "crawl-at", "missed") or "nan") - t0
+    figure(f"{redis_topology}: a missed cancel reached the job in {took:.3f}s "
+           f"(renewals every {RETRY_AFTER / 3:.2f}s)")  # fmt: skip
+    assert took < RETRY_AFTER / 3 + 3.0  # the bound, with slack for a busy machine
+    wait_for(lambda: e.app.job_status(job_id) == "cancelled", 15, message="status cancelled")
+    assert _hget(e, "crawl-failed", "missed") is None and _hget(e, "started", "missed") == "1"
+    assert w.alive(), w.tail()
+    w.terminate()
+    assert exited(w, 15) == 0
