@@ -222,4 +222,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run as benchmarks.control, not __main__: the worker resolves the job classes by
+    # that name, and their STARTED / CANCEL_SEEN must be the ones the loops wait on (run
+    # as __main__, the cancel loop waited forever for a start it could not see).
+    from benchmarks import control
+
+    control.main()
