@@ -118,6 +118,9 @@ def _throughputs(med: dict[str, float]) -> None:
 
 
 def _latencies(app: App, client: Any, prefix: str, samples: int) -> None:
+    CANCEL_SEEN.clear()  # one run per topology: tags repeat
+    STARTED.clear()
+    ACKED.clear()
     # -- cancel latency: one running async job at a time, 200 cancels -----------------------
     delete_prefix(client, prefix)
     lat: list[float] = []
