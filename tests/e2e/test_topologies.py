@@ -8,8 +8,9 @@ first idle wait. These tests run once per topology (marker ``topologies``).
 
 Issue 23's controls on each topology too: a kept result and ``app.result``'s wake-up,
 progress, cancelling a waiting and a running job, and priority order within a queue.
-On Redis Cluster the asyncio client has no pub/sub: a running job's cancel reaches its
-worker at the next lease renewal (within ``retry_after / 3``), see docs/control.md.
+Cancels and result wake-ups use pub/sub on all three (redis-py's cluster pub/sub on
+Cluster); a cancel whose message was missed reaches the job at its worker's next lease
+renewal (within ``retry_after / 3``): see docs/control.md.
 """
 
 from __future__ import annotations
