@@ -1,6 +1,6 @@
 """Results, priorities, cancel and result wake-up (issue 23): figures beside baselines.
 
-    python -m benchmarks.control [--jobs 5000] [--rounds 3]
+    python -m benchmarks.control [--jobs 5000] [--rounds 3] [--topology plain|cluster|sentinel|all]
 
 One throwaway redis-server (``benchmarks/_redis.py``), one in-process
 :class:`~tidings.worker.worker.Worker` (``--concurrency 16``, no per-job output). Each
@@ -101,6 +101,12 @@ def run(url: str, jobs: int, rounds: int, samples: int = 200) -> None:
                 res["pp"].append(jobs / enq)
             res[case].append(jobs / drain(app))
     med = {k: statistics.median(v) if v else 1.0 for k, v in res.items()}
+    if jobs:
+        _throughputs(med)
+    _latencies(app, client, prefix, samples)
+
+
+def _throughputs(med: dict[str, float]) -> None:
     print(f"drain, results not kept   {med['plain']:>10,.0f} jobs/s (baseline)")
     print(f"drain, results kept       {med['kept']:>10,.0f} jobs/s  "
           f"ratio {med['kept'] / med['plain']:.2f} (goal >= 0.85)")  # fmt: skip
@@ -110,6 +116,11 @@ def run(url: str, jobs: int, rounds: int, samples: int = 200) -> None:
     print(f"enqueue, random priority  {med['pp']:>10,.0f} jobs/s  "
           f"ratio {med['pp'] / med['pe']:.2f} (goal >= 0.8)")  # fmt: skip
 
+
+def _latencies(app: App, client: Any, prefix: str, samples: int) -> None:
+    CANCEL_SEEN.clear()  # one run per topology: tags repeat
+    STARTED.clear()
+    ACKED.clear()
     # -- cancel latency: one running async job at a time, 200 cancels -----------------------
     delete_prefix(client, prefix)
     lat: list[float] = []
@@ -184,12 +195,39 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=5000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--samples", type=int, default=200, help="cancels and result waits")
+    p.add_argument("--topology", default="plain", choices=("plain", "cluster", "sentinel", "all"),
+                   help="also (or only) on a 6-node Redis Cluster / a Sentinel group on "
+                   "loopback (tests/support/topology.py); --jobs 0 for the latencies only")
     a = p.parse_args()
     _patch_ack_clock()
-    with bench_redis() as server:
-        print(f"redis {server.version}, {a.jobs} jobs a drain, medians of {a.rounds} rounds")
-        run(server.url, a.jobs, a.rounds, a.samples)
+    wanted = ("plain", "cluster", "sentinel") if a.topology == "all" else (a.topology,)
+    for topology in wanted:
+        print(f"== {topology}")
+        if topology == "plain":
+            with bench_redis() as server:
+                print(f"redis {server.version}, {a.jobs} jobs a drain, "
+                      f"medians of {a.rounds} rounds")  # fmt: skip
+                run(server.url, a.jobs, a.rounds, a.samples)
+            continue
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        from tests.support.topology import ClusterGroup, SentinelGroup
+
+        base = Path(tempfile.mkdtemp(prefix="tidings-bench-control-"))
+        group = ClusterGroup if topology == "cluster" else SentinelGroup
+        try:
+            with group(base / topology) as g:
+                run(g.url, a.jobs, a.rounds, a.samples)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main()
+    # Run as benchmarks.control, not __main__: the worker resolves the job classes by
+    # that name, and their STARTED / CANCEL_SEEN must be the ones the loops wait on (run
+    # as __main__, the cancel loop waited forever for a start it could not see).
+    from benchmarks import control
+
+    control.main()

@@ -156,3 +156,53 @@ class GroupSlot(Job):
         finally:
             await r.decr(key(f"running:{self.tenant}"))
         await r.hincrby(key("exec"), self.id, 1)
+
+
+@dataclass
+class Answer(Job):
+    """Keeps its result: sleeps ``seconds``, records when it returned (``test:answered``,
+    epoch seconds), and returns a value the serializer carries (a datetime inside)."""
+
+    id: str
+    seconds: float = 0.0
+    store_result = True
+
+    async def handle(self) -> dict[str, Any]:
+        import datetime as dt
+
+        if self.seconds:
+            await asyncio.sleep(self.seconds)
+        r = App.current().queue_for(None).aclient()
+        await r.hset(key("answered"), self.id, repr(time.time()))
+        return {"id": self.id, "at": dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)}
+
+
+@dataclass
+class Crawler(Job):
+    """A long async job reporting progress every ``pause`` seconds. Records its start in
+    ``test:started`` and how it ended in ``test:crawl`` (``cancelled`` when it saw
+    CancelledError, with the time in ``test:crawl-at``), and ``failed()`` calls in
+    ``test:crawl-failed``."""
+
+    id: str
+    steps: int = 100_000
+    pause: float = 0.02
+    tries = 3
+
+    async def handle(self) -> None:
+        r = App.current().queue_for(None).aclient()
+        await r.hincrby(key("started"), self.id, 1)
+        outcome = "finished"
+        try:
+            for i in range(1, self.steps + 1):
+                self.progress(i, self.steps, note=f"step {i}")
+                await asyncio.sleep(self.pause)
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            await r.hset(key("crawl-at"), self.id, repr(time.time()))
+            await r.hset(key("crawl"), self.id, outcome)
+
+    async def failed(self, exc: BaseException) -> None:
+        await App.current().queue_for(None).aclient().hset(key("crawl-failed"), self.id, repr(exc))

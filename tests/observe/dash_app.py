@@ -73,3 +73,33 @@ class Leaky(Job):
 
     async def handle(self) -> None:
         raise ValueError(f"bad headers {self.headers}")
+
+
+@dataclass
+class Crawl(Job):
+    """A long async job reporting progress (``steps`` of ``pause`` seconds each), with a
+    note that may carry control characters. Records ``test:crawl:<tag>`` as
+    ``cancelled`` when cancelled (its ``finally`` ran), ``finished`` when it ended."""
+
+    tag: str
+    steps: int = 1000
+    pause: float = 0.05
+    note: str = "page"
+
+    async def handle(self) -> None:
+        import asyncio
+
+        r = App.current().queue_for(None).aclient()
+        outcome = "finished"
+        try:
+            for i in range(1, self.steps + 1):
+                self.progress(i, self.steps, note=f"{self.note} {i}")
+                await asyncio.sleep(self.pause)
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            await r.hset(key("crawl"), self.tag, outcome)
+
+    def failed(self, exc: BaseException) -> None:
+        App.current().queue_for(None).client.hset(key("crawl-failed"), self.tag, repr(exc))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import httpx
 import pytest
 import redis
 
-from tests.observe.dash_app import Flaky, Hostile, Quick
+from tests.observe.dash_app import Crawl, Flaky, Hostile, Quick
 from tests.support import Proc, free_port, wait_for
 from tidings import App, batch
 from tidings.errors import BlockingDispatchWarning
@@ -291,3 +292,116 @@ def test_sign_in_retry_and_sign_out(
     page.goto(base + "/failed")
     expect(page).to_have_url(base + "/login")
     context.close()
+
+
+def test_job_page_progress_and_cancel_of_a_running_job(
+    app: App,
+    redis_url: str,
+    prefix: str,
+    redis_client: redis.Redis,
+    spawn_proc: Spawn,
+    browser: object,
+) -> None:
+    """Issue 23: a long async job on a real worker reports progress; its page shows the
+    bar, the note and when; Cancel (a real click, confirmed) cancels it in its worker:
+    the handler sees CancelledError (its ``finally`` runs), ``failed()`` is not called,
+    the status becomes ``cancelled``. A stale page's Cancel of a finished job says so.
+    The batch page shows its running member's progress."""
+    from playwright.sync_api import Browser, expect
+
+    assert isinstance(browser, Browser)
+    shots = ROOT / "test-artifacts" / "dashboard-control"
+    if shots.exists():
+        shutil.rmtree(shots)
+    shots.mkdir(parents=True)
+    env = env_for(redis_url, prefix)
+    port = free_port()
+    dash = spawn_proc([NOTIFY_WORKER, "-A", APP_SPEC, "dashboard", "--port", str(port)],
+                      name="dashboard", env=env, cwd=ROOT)  # fmt: skip
+    worker = spawn_proc([NOTIFY_WORKER, "-A", APP_SPEC, "--sleep", "1", "--concurrency", "4"],
+                        name="worker", env=env, cwd=ROOT)  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    wait_http(base + "/", dash)
+    crawled = f"{prefix}:test:crawl"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BlockingDispatchWarning)
+        long_id = Crawl("long", steps=100_000, pause=0.05, note="page\x1b[2J").with_priority(
+            30).dispatch()  # fmt: skip
+        batch_id = batch([Crawl("member", steps=100_000, pause=0.05)]).name("crawl").dispatch()
+    assert long_id and batch_id
+
+    def progress_at_least(job_id: str, n: float) -> bool:
+        p = getattr(app.job_status(job_id), "progress", None)
+        return p is not None and p.done >= n
+
+    wait_for(lambda: progress_at_least(long_id, 5), 30, message="the job reports progress")
+
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.accept()))
+    page.goto(f"{base}/jobs/{long_id}")
+    expect(page.locator("#job-state")).to_have_text("reserved")
+    expect(page.locator("#job-priority")).to_have_text("30")
+    progress = page.locator("#job-progress")
+    expect(progress).to_contain_text("/ 100000")
+    expect(progress.locator(".note")).to_contain_text("page\\x1b[2J")  # escaped, visible
+    expect(progress).to_contain_text("reported")
+    assert progress.locator("progress").count() == 1
+    first = float(progress.locator(".done").inner_text())
+    # the live refresh (every 5 s) shows it moving on without a reload
+    wait_for(lambda: float(progress.locator(".done").inner_text()) > first, 20,
+             message="the page's progress moved on")  # fmt: skip
+    page.screenshot(path=str(shots / "job-running.png"), full_page=True)
+
+    page.goto(f"{base}/batches/{batch_id}")
+    expect(page.locator("#members")).to_contain_text("/ 100000")
+    page.screenshot(path=str(shots / "batch-running.png"), full_page=True)
+
+    page.goto(f"{base}/jobs/{long_id}")
+    t0 = time.monotonic()
+    page.click("#cancel-job")
+    expect(page.locator("#cancel-outcome")).to_contain_text("Cancelling")
+    assert dialogs == ["Cancel this job?"]
+    wait_for(lambda: redis_client.hget(crawled, "long") == b"cancelled", 10,
+             message="the handler saw CancelledError")  # fmt: skip
+    took = time.monotonic() - t0
+    wait_for(lambda: app.job_status(long_id) == "cancelled", 10, message="status cancelled")
+    page.goto(f"{base}/jobs/{long_id}")
+    expect(page.locator("#job-state")).to_have_text("cancelled")
+    assert page.locator("#cancel-job").count() == 0
+    page.screenshot(path=str(shots / "job-cancelled.png"), full_page=True)
+    print(f"click on Cancel to the handler's finally: {took:.2f}s")
+    assert redis_client.hget(f"{prefix}:test:crawl-failed", "long") is None  # no failed()
+
+    # A page opened while the job ran, clicked after it finished: nothing changes.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BlockingDispatchWarning)
+        short_id = Crawl("short", steps=20, pause=0.05).dispatch()
+    assert short_id
+    wait_for(lambda: app.job_status(short_id) in ("reserved", "done"), 20)
+    page.goto(f"{base}/jobs/{short_id}")
+    if page.locator("#cancel-job").count():
+        page.uncheck("#live")  # keep the stale button on the page
+        wait_for(lambda: app.job_status(short_id) == "done", 20, message="short job done")
+        page.click("#cancel-job")
+        expect(page.locator("#cancel-outcome")).to_contain_text("Already finished (done)")
+        page.screenshot(path=str(shots / "job-finished-cancel.png"), full_page=True)
+    else:  # the busy machine finished it before the page loaded
+        expect(page.locator("#job-state")).to_have_text("done")
+    assert redis_client.hget(crawled, "short") == b"finished"
+
+    # the batch's member too, then the batch counts it cancelled
+    member = next(iter(app.queue_for(None).client.smembers(
+        f"{prefix}:batch:{{{batch_id}}}:members"))).decode()  # fmt: skip
+    page.goto(f"{base}/jobs/{member}")
+    page.click("#cancel-job")
+    expect(page.locator("#cancel-outcome")).to_contain_text("Cancelling")
+    wait_for(lambda: redis_client.hget(crawled, "member") == b"cancelled", 10)
+    page.goto(f"{base}/batches")
+    wait_for(lambda: app.find_batch(batch_id).cancelled_jobs == 1, 10,  # type: ignore[union-attr]
+             message="the batch counted its cancelled member")  # fmt: skip
+    page.goto(f"{base}/batches/{batch_id}")
+    expect(page.locator("#batch")).to_contain_text("cancelled jobs")
+    page.screenshot(path=str(shots / "batch-after-cancel.png"), full_page=True)
+    assert worker.alive(), worker.tail()
+    page.close()

@@ -12,6 +12,7 @@ job is reachable, no request reads them all.
 from __future__ import annotations
 
 import base64
+import contextlib
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -19,7 +20,7 @@ import orjson
 
 from tidings.dashboard.redaction import app_secrets, redact_value
 from tidings.observability import metrics
-from tidings.observability.metrics import Counts, JobTiming
+from tidings.observability.metrics import Counts, JobTiming, Progress
 from tidings.observability.redaction import redact
 from tidings.observability.terminal import escape
 from tidings.wire.encryption import encrypted_key_id
@@ -34,6 +35,9 @@ FAILED_CHUNK = 250
 TIES_READ = 1000
 #: Characters of an error shown in the list (the job's page shows it all).
 ERROR_CHARS = 300
+#: Batch member ids one batch page reads (SSCAN), and members with progress it shows.
+MEMBERS_READ = 2000
+MEMBERS_SHOWN = 100
 
 
 def _text(value: Any) -> str:
@@ -171,6 +175,60 @@ class FailedDetail:
     pushed_at: float | None
     job_class: str
     timing: JobTiming | None
+
+
+@dataclass(slots=True)
+class JobView:
+    """What the job page shows of one job."""
+
+    id: str
+    state: str
+    queue: str
+    name: str
+    priority: int | None
+    """-100..100; None when no record of it is left (the job finished)."""
+    progress: Progress | None
+    timing: JobTiming | None
+
+    @property
+    def percent(self) -> float | None:
+        """``done / total`` as 0-100, when the job reported a total."""
+        p = self.progress
+        if p is None or not p.total or p.total <= 0:
+            return None
+        return max(0.0, min(100.0, 100.0 * p.done / p.total))
+
+    @property
+    def cancellable(self) -> bool:
+        return self.state in ("pending", "delayed", "reserved")
+
+
+@dataclass(slots=True)
+class MemberRow:
+    """A batch member still to finish, with the progress it reported."""
+
+    id: str
+    queue: str
+    progress: Progress
+
+    @property
+    def percent(self) -> float | None:
+        p = self.progress
+        if not p.total or p.total <= 0:
+            return None
+        return max(0.0, min(100.0, 100.0 * p.done / p.total))
+
+
+@dataclass(slots=True)
+class BatchView:
+    """A batch's page: its counters, and its running members' progress."""
+
+    info: Any
+    running: list[MemberRow]
+    unfinished_read: int
+    """Unfinished members read for this page (at most :data:`MEMBERS_READ` ids read)."""
+    partial: bool
+    """True when the batch has more members than one page reads."""
 
 
 class Reader:
@@ -317,15 +375,76 @@ class Reader:
             redact(record.exception, self.secrets), payload, pushed, job_class, timing,
         )  # fmt: skip
 
-    def job(self, job_id: str) -> tuple[str | None, JobTiming | None]:
-        state = self.rq.status(job_id, self.rq.queue_names())
-        timing = metrics.job_timing(self.client, self.prefix, job_id) if state else None
-        return state, timing
+    def job(self, job_id: str) -> JobView | None:
+        """The job's state on the first queue that knows it, its priority and the
+        progress it last reported (None: no queue has a record of it)."""
+        for queue in self.queue_names():
+            state = self.rq.status(job_id, [queue])
+            if state is not None:
+                break
+        else:
+            return None
+        k = self.rq.keys(queue)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.get(k.progress(job_id))
+        pipe.hget(k.attempts, f"{job_id}:p")
+        pipe.hget(k.jobs, job_id)
+        raw_progress, raw_priority, body = pipe.execute()
+        name, priority = _name_and_priority(body, raw_priority)
+        try:
+            timing = metrics.job_timing(self.client, self.prefix, job_id)
+        except Exception:  # a page never fails for want of a measurement
+            timing = None
+        return JobView(job_id, state, queue, name, priority, Progress.parse(raw_progress),
+                       timing)  # fmt: skip
 
     def batches(self, limit: int = 50) -> list[Any]:
         from tidings.workflows.batch_admin import list_batches
 
         return list_batches(self.app, limit)
+
+    def batch(self, batch_id: str) -> BatchView | None:
+        """A batch and the progress of its members still running (bounded: at most
+        :data:`MEMBERS_READ` member ids read, :data:`MEMBERS_SHOWN` rows)."""
+        from tidings.redis.keys import BatchKeys
+        from tidings.workflows.batch_admin import find_batch
+
+        info = find_batch(self.app, batch_id)
+        if info is None:
+            return None
+        k = BatchKeys.build(self.prefix, batch_id)
+        ids: list[bytes] = []
+        cursor = 0
+        while len(ids) < MEMBERS_READ:
+            cursor, chunk = self.client.sscan(k.members, cursor, count=500)
+            ids += [bytes(x) for x in chunk]
+            if int(cursor) == 0:
+                break
+        partial = int(cursor) != 0
+        ids = ids[:MEMBERS_READ]
+        if not ids or info.finished:
+            return BatchView(info, [], 0, partial)
+        finished = self.client.smismember(k.finished, ids)
+        open_ids = [i for i, f in zip(ids, finished, strict=True) if not f]
+        queues = self.queue_names()
+        rows: list[MemberRow] = []
+        for start in range(0, len(open_ids), 100):
+            chunk_ids = open_ids[start : start + 100]
+            pipe = self.client.pipeline(transaction=False)
+            for job_id in chunk_ids:
+                for q in queues:
+                    pipe.get(self.rq.keys(q).progress(job_id.decode("utf-8", "replace")))
+            replies = pipe.execute() if chunk_ids and queues else []
+            for n, job_id in enumerate(chunk_ids):
+                for m, q in enumerate(queues):
+                    p = Progress.parse(replies[n * len(queues) + m])
+                    if p is not None:
+                        rows.append(MemberRow(job_id.decode("utf-8", "backslashreplace"), q, p))
+                        break
+            if len(rows) >= MEMBERS_SHOWN:
+                break
+        rows.sort(key=lambda r: r.progress.at, reverse=True)
+        return BatchView(info, rows[:MEMBERS_SHOWN], len(open_ids), partial)
 
 
 def _info(raw: Any) -> dict[str, Any]:
@@ -336,6 +455,24 @@ def _info(raw: Any) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         return {"exception": "(unreadable failure record)"}
     return info if isinstance(info, dict) else {}
+
+
+def _name_and_priority(body: Any, raw_priority: Any) -> tuple[str, int | None]:
+    """The job's display name and priority, from its envelope and its id:p entry."""
+    name, priority = "", None
+    if body:
+        try:
+            inner = orjson.loads(body).get("body")
+        except (orjson.JSONDecodeError, AttributeError):
+            inner = None
+        if isinstance(inner, dict):
+            name = str(inner.get("displayName") or inner.get("job") or "")
+            p = inner.get("priority", 0)
+            priority = p if isinstance(p, int) and -100 <= p <= 100 else 0
+    if raw_priority is not None:
+        with contextlib.suppress(ValueError):
+            priority = int(raw_priority)
+    return name, priority
 
 
 def _payload(raw: bytes, secrets: list[str]) -> tuple[str, float | None, str]:

@@ -114,6 +114,19 @@ OUTCOMES = {"retried": "retried", "forgot": "forgot"}
 GROUP_OUTCOMES = {"pause": "paused", "resume": "resumed", "paused": "paused",
                   "resumed": "resumed"}  # fmt: skip
 
+#: What the job page says after its Cancel button: a code in the URL, this text shown.
+CANCEL_OUTCOMES = {
+    "cancelled": "Cancelled: the job was waiting and will never run.",
+    "cancelling": "Cancelling: the job is running and its worker was told to stop it.",
+    "done": "Already finished (done): nothing changed.",
+    "failed": "Already finished (failed): nothing changed.",
+    "already": "Already cancelled: nothing changed.",
+    "missing": "No such job: no queue knows this id.",
+    "unavailable": "Redis could not be reached: nothing was cancelled. Try again.",
+}
+_CANCEL_CODES = {"cancelled": "cancelled", "cancelling": "cancelling", "done": "done",
+                 "failed": "failed", "cancelled already": "already"}  # fmt: skip
+
 
 class Dashboard:
     """The routes, bound to one App."""
@@ -198,14 +211,22 @@ class Dashboard:
         return self.render(request, "groups.html", rows=rows, queue=queue, done=done,
                            group=q.get("g", "")[:300] if done else "")  # fmt: skip
 
+    def batch(self, request: Request) -> HTMLResponse:
+        batch_id = request.path_params["batch_id"][:128]
+        view = self.reader.batch(batch_id)
+        if view is None:
+            return self.render(request, "missing.html", 404, what="batch", job_id=batch_id)
+        return self.render(request, "batch.html", b=view.info, view=view)
+
     def job(self, request: Request) -> Response:
         job_id = request.query_params.get("id") or request.path_params.get("job_id") or ""
         job_id = job_id.strip()[:128]
+        said = CANCEL_OUTCOMES.get(request.query_params.get("cancel", ""), "")
         if not job_id:
-            return self.render(request, "job.html", job_id="", state=None, timing=None)
-        state, timing = self.reader.job(job_id)
-        return self.render(request, "job.html", job_id=job_id, state=state, timing=timing,
-                           status=200 if state else 404)  # fmt: skip
+            return self.render(request, "job.html", job_id="", job=None, said=said)
+        view = self.reader.job(job_id)
+        return self.render(request, "job.html", job_id=job_id, job=view, said=said,
+                           status=200 if view else 404)  # fmt: skip
 
     def metrics(self, request: Request) -> Response:
         from tidings.observability.prometheus import dashboard_text
@@ -308,6 +329,28 @@ class Dashboard:
         query = urlencode({"queue": queue, "done": GROUP_OUTCOMES[what], "g": name})
         return RedirectResponse(f"{_root(request)}/groups?{query}", 303)
 
+    async def cancel(self, request: Request) -> Response:
+        """The job page's Cancel button: the move ``app.cancel`` makes, on every queue
+        the dashboard knows; the answer is a code shown on the job's page."""
+        from tidings.errors import JobNotFound, QueueUnavailable
+        from tidings.moves.control import cancel
+
+        form = await self._form(request)
+        if form is None:
+            return self._refused(request)
+        job_id = form.get("id", "").strip()[:128]
+        rq = self.reader.rq
+        try:
+            queues = await run_in_threadpool(self.reader.queue_names)
+            outcome = await run_in_threadpool(cancel, rq, job_id, queues)
+            code = _CANCEL_CODES.get(str(outcome), "missing")
+        except JobNotFound:
+            code = "missing"
+        except QueueUnavailable:
+            code = "unavailable"
+        query = urlencode({"id": job_id, "cancel": code})
+        return RedirectResponse(f"{_root(request)}/jobs?{query}", 303)
+
     def _back(self, request: Request, outcome: str, n: int) -> Response:
         query = urlencode({"done": outcome, "n": n})
         return RedirectResponse(f"{_root(request)}/failed?{query}", 303)
@@ -343,7 +386,9 @@ def create_app(app: Any, *, auth: Auth | None = None) -> Starlette:
         Route("/batches", d.batches, name="batches"),
         Route("/groups", d.groups, name="groups"),
         Route("/groups/{what:str}", d.group_action, methods=["POST"]),
+        Route("/batches/{batch_id:path}", d.batch, name="batch"),
         Route("/jobs", d.job, name="jobs"),
+        Route("/jobs/cancel", d.cancel, methods=["POST"]),
         Route("/jobs/{job_id:path}", d.job, name="job"),
         Route("/metrics", d.metrics, name="metrics"),
         Route("/login", d.login_form, methods=["GET"]),

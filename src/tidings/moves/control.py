@@ -21,6 +21,7 @@ from tidings.errors import JobCancelled, JobFailedError, JobNotFound, ResultMiss
 from tidings.moves.queues import RedisQueue, unavailable_aguard, unavailable_guard
 from tidings.observability.metrics import Progress
 from tidings.redis import scripts
+from tidings.redis.clients import async_pubsub
 from tidings.redis.keys import QueueKeys, cancel_channel
 from tidings.wire.results import open_result
 from tidings.wire.signing import Signer
@@ -268,13 +269,14 @@ async def aresult(
     """Async twin of :func:`result`."""
     _check_result_id(job_id)
     client: Any = rq.aclient()
-    if not hasattr(client, "pubsub"):  # the asyncio cluster client has none
+    async with unavailable_aguard("result"):
+        pubsub = await async_pubsub(client)
+    if pubsub is None:  # the asyncio cluster client of older redis-py releases
         return await asyncio.to_thread(
             result, rq, job_id, queues, signer=signer, resolve=resolve, timeout_s=timeout_s
         )
     loop = asyncio.get_running_loop()
     deadline = None if timeout_s is None else loop.time() + timeout_s
-    pubsub = client.pubsub(ignore_subscribe_messages=True)
     try:
         async with unavailable_aguard("result"):
             await pubsub.subscribe(*(rq.keys(q).result(job_id) for q in queues))

@@ -313,3 +313,18 @@ def async_client(
             cluster, **_options(socket_timeout_s, is_async=True)
         )
     return redis.asyncio.Redis.from_url(url, **_options(socket_timeout_s, is_async=True))
+
+
+async def async_pubsub(client: Any) -> Any | None:
+    """A pub/sub of the asyncio ``client`` (ignoring subscribe confirmations), or None
+    when it has none (the asyncio ``RedisCluster`` of older redis-py releases).
+
+    redis-py's asyncio cluster pub/sub looks the channel's slot up in the client's slot
+    map without loading it first: on a client that has not run a command yet it fails
+    with ``KeyError`` on its first ``SUBSCRIBE``. The map is loaded here first.
+    """
+    if not hasattr(client, "pubsub"):
+        return None
+    if isinstance(client, AsyncRedisCluster) and client._initialize:
+        await client.initialize()
+    return client.pubsub(ignore_subscribe_messages=True)

@@ -5,8 +5,10 @@ passes the cancel to it (:meth:`~tidings.worker.held.HeldJobs.cancel`): an async
 is cancelled at its current ``await``, a sync one sees ``self.cancelled``. A message
 missed (the worker was reconnecting) is caught by the next lease renewal, which reports
 marked jobs (``extend.lua``); a job not started yet is handed out by pop as cancelled.
-On Redis Cluster the asyncio client has no pub/sub: renewals (every third of
-``retry_after``) carry the cancel there.
+On Redis Cluster the channel is classic pub/sub (a ``PUBLISH`` reaches every node) heard
+through redis-py's asyncio cluster pub/sub, its slot map loaded first (it does not load
+it itself); with a redis-py whose asyncio cluster client has no pub/sub, renewals (every
+third of ``retry_after``) carry the cancel there.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import redis.asyncio
 
+from tidings.redis.clients import async_pubsub
 from tidings.redis.errors import REDIS_ERRORS
 from tidings.redis.keys import cancel_channel
 from tidings.worker.held import HeldJobs
@@ -36,13 +39,15 @@ class CancelListener:
     async def run(self) -> None:
         """The cancel task: listen, reconnecting with a capped backoff; never dies of
         Redis being away."""
-        if not hasattr(self.client, "pubsub"):
-            log.info("cancels of running jobs reach this worker at lease renewals (cluster)")
-            return
         delay = 0.1
         while True:
-            pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+            pubsub: Any = None
             try:
+                pubsub = await async_pubsub(self.client)
+                if pubsub is None:
+                    log.info("cancels of running jobs reach this worker at lease renewals "
+                             "(this redis-py has no asyncio cluster pub/sub)")  # fmt: skip
+                    return
                 await pubsub.subscribe(self.channel)
                 delay = 0.1
                 me = asyncio.current_task()
@@ -60,7 +65,8 @@ class CancelListener:
             except REDIS_ERRORS as exc:
                 log.debug("cancel channel: redis unavailable (%s)", exc)
             finally:
-                with contextlib.suppress(Exception):  # closing a broken connection
-                    await pubsub.aclose()
+                if pubsub is not None:
+                    with contextlib.suppress(Exception):  # closing a broken connection
+                        await pubsub.aclose()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
