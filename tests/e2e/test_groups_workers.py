@@ -31,15 +31,20 @@ def seen(e: Env, group: str) -> list[int]:
 
 def test_a_groups_concurrency_holds_across_two_worker_processes(e: Env) -> None:
     e.app.groups.limit("capped", concurrency=2)
-    # 20 jobs of 0.4 s two at a time: ~4 s, long enough for both workers to start.
+    # Both workers are up (each has written its heartbeat) before anything is queued, so
+    # both pop from the start: on a busy machine a late second worker found the queue
+    # drained by the first, and nothing was shown across processes.
+    workers = [e.worker("--concurrency", "8", name=f"w{n}") for n in range(2)]
+    wait_for(lambda: e.r.zcard(f"{e.prefix}:workers") >= 2, 60, message="both workers up")
+    # 20 jobs of 0.4 s two at a time: ~4 s.
     jobs = [GroupSlot(f"c{i}", "capped", 0.4) for i in range(20)]
     jobs += [GroupSlot(f"o{i}", f"other-{i % 4}", 0.05) for i in range(16)]
     e.app.dispatch_many(jobs)
-    workers = [
-        e.worker("--concurrency", "8", "--stop-when-empty", name=f"w{n}") for n in range(2)
-    ]
+    wait_for(lambda: sum(e.executions().values()) >= 36, 90, message="all 36 ran")
     for w in workers:
-        assert exited(w, 90) == 0, w.tail()
+        w.signal(signal.SIGTERM)
+    for w in workers:
+        assert exited(w, 60) == 0, w.tail()
     assert len(e.executions()) == 36
     capped = seen(e, "capped")
     assert len(capped) == 20
