@@ -91,3 +91,7 @@ BATCH_ADD = _declare("batch_add")
 BATCH_RECORD = _declare("batch_record")
 BATCH_CANCEL = _declare("batch_cancel")
 BATCH_RETRY = _declare("batch_retry")
+# -- worker pools across hosts: reports, the leader lease, the plan (tidings.pools) -----
+POOLS_REPORT = _declare("pools_report")
+POOLS_LEAD = _declare("pools_lead")
+POOLS_PLAN = _declare("pools_plan")

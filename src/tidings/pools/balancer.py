@@ -1,0 +1,222 @@
+"""The balancer: measured load in, processes per pool out. Pure (no I/O, no clock).
+
+Input per pool (:class:`PoolLoad`): its processes now, the p95 wait (dispatch to start)
+of the jobs it started lately, its backlog (ready jobs on its queues), the jobs it
+started per second and its busy fraction (running jobs / capacity). Output
+(:class:`Decision`): a target number of processes per pool, each with the reason.
+
+How a pool's need is estimated (``T`` = its ``target_wait_s``, else ``default_wait_s``):
+
+* ``used = busy x processes`` is the processes' worth of work running now, and
+  ``speed = started_per_s / used`` what one fully busy process gets through.
+* It needs ``used / 0.8 + backlog / (speed x T)`` processes: enough to run what runs now
+  at 80 % and to clear the backlog within its wait target. A backlog with no measured
+  speed yet (nothing started) grows the pool by ``max_shift``; a measured p95 above ``T``
+  with a backlog grows it by at least one even when the estimate says it is enough.
+* It shrinks only when the p95 is under ``T / 2``, the backlog clears in under ``T / 2``,
+  and ``used / 0.6`` fits in fewer processes, for two cooldowns in a row, and never
+  within two cooldowns of growing. Growing needs use above 80 %, shrinking use under
+  60 % of what remains: a steady load sits inside the band and nothing moves.
+
+Bounds: each pool stays within ``[min_processes, max_processes]``; the pools together
+stay within ``budget``; when their needs add up to more, each gets its minimum and the
+rest is shared in proportion to their need above it (the measured load). A decision is
+taken at most once per ``cooldown_s`` and moves each pool by at most ``max_shift``.
+Shrinks are applied before growths, and growths only into the room left.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+GROW_USE = 0.8
+SHRINK_USE = 0.6
+SHRINK_HOLD_COOLDOWNS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLimits:
+    """What the balancer knows of a pool's declaration."""
+
+    name: str
+    min_processes: int
+    max_processes: int
+    target_wait_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLoad:
+    """A pool's measured load (see the module docstring)."""
+
+    name: str
+    processes: int
+    wait_p95_s: float | None = None
+    backlog: int = 0
+    started_per_s: float = 0.0
+    busy: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Target processes per pool and why; ``changed`` when a target differs from now."""
+
+    at: float
+    targets: dict[str, int]
+    reasons: dict[str, str]
+    changed: bool
+    decided: bool = True  # False: within the cooldown, the targets are the processes now
+
+
+@dataclass(slots=True)
+class _Memory:
+    last_at: float | None = None
+    grew_at: dict[str, float] = field(default_factory=dict)
+    low_since: dict[str, float] = field(default_factory=dict)
+
+
+def _fmt(s: float | None) -> str:
+    if s is None:
+        return "none measured"
+    if math.isinf(s):
+        return "unbounded"
+    return f"{s:.2g} s" if s < 10 else f"{s:.0f} s"
+
+
+class Balancer:
+    """Decides processes per pool (see the module docstring)."""
+
+    def __init__(
+        self,
+        limits: Sequence[PoolLimits],
+        *,
+        budget: int,
+        cooldown_s: float = 3.0,
+        max_shift: int = 2,
+        default_wait_s: float | None = None,
+    ) -> None:
+        self.limits = {p.name: p for p in limits}
+        self.budget = budget
+        self.cooldown_s = cooldown_s
+        self.max_shift = max_shift
+        self.default_wait_s = default_wait_s if default_wait_s is not None else cooldown_s
+        self._mem = _Memory()
+
+    def _target(self, lim: PoolLimits) -> float:
+        return lim.target_wait_s if lim.target_wait_s is not None else self.default_wait_s
+
+    def _need(self, lim: PoolLimits, load: PoolLoad, now: float) -> tuple[int, str]:
+        """The processes a pool needs (before bounds and sharing), and why."""
+        n = load.processes
+        t = self._target(lim)
+        used = max(0.0, min(1.0, load.busy)) * n
+        speed = load.started_per_s / used if used > 0.05 and load.started_per_s > 0 else None
+        wait = load.wait_p95_s
+        over = wait is not None and wait > t
+        goal = "target" if lim.target_wait_s is not None else "goal"
+        why_wait = f"p95 wait {_fmt(wait)} {'>' if over else '<='} {goal} {_fmt(t)}"
+        if load.backlog > 0 and speed is None:
+            if used > 0.05 and not over:
+                # Busy, no finished starts measured yet: judge by use alone.
+                need = math.ceil(used / GROW_USE)
+                return max(n, need), f"{why_wait}, busy {load.busy:.0%}"
+            return n + self.max_shift, f"{why_wait}, backlog {load.backlog} and no speed yet"
+        clear = load.backlog / (speed * t) if speed else 0.0
+        up = math.ceil(used / GROW_USE + clear - 1e-9)
+        if over and load.backlog > 0 and up <= n:
+            up = n + 1
+        if up > n:
+            self._mem.low_since.pop(lim.name, None)
+            return up, f"{why_wait}, backlog {load.backlog}, busy {load.busy:.0%}"
+        down = max(1 if used > 0 else 0, math.ceil(used / SHRINK_USE + clear - 1e-9))
+        calm = (wait is None or wait < t / 2) and clear < 0.5
+        if calm and down < n:
+            since = self._mem.low_since.setdefault(lim.name, now)
+            grew = self._mem.grew_at.get(lim.name)
+            hold = SHRINK_HOLD_COOLDOWNS * self.cooldown_s
+            if now - since >= hold and (grew is None or now - grew >= hold):
+                return down, f"{why_wait}, busy {load.busy:.0%}, backlog {load.backlog}"
+            return n, f"{why_wait}, busy {load.busy:.0%}: waiting before shrinking"
+        self._mem.low_since.pop(lim.name, None)
+        return n, f"{why_wait}, busy {load.busy:.0%}: steady"
+
+    def decide(self, loads: Mapping[str, PoolLoad], now: float) -> Decision:
+        """Targets for ``now``; the current processes when within the cooldown."""
+        current = {
+            name: loads[name].processes if name in loads else lim.min_processes
+            for name, lim in self.limits.items()
+        }
+        mem = self._mem
+        if mem.last_at is not None and now - mem.last_at < self.cooldown_s:
+            return Decision(now, current, {n: "cooling down" for n in current}, False, False)
+        mem.last_at = now
+        wanted: dict[str, int] = {}
+        why: dict[str, str] = {}
+        for name, lim in self.limits.items():
+            load = loads.get(name, PoolLoad(name, current[name]))
+            need, reason = self._need(lim, load, now)
+            wanted[name] = max(lim.min_processes, min(lim.max_processes, need))
+            why[name] = reason
+            if wanted[name] != need:
+                why[name] += f" (bounded to {wanted[name]})"
+        shared = self._share(wanted)
+        for name in wanted:
+            if shared[name] < wanted[name]:
+                why[name] += f", {shared[name]} of the {self.budget} shared by load"
+        targets = self._step(current, shared)
+        reasons: dict[str, str] = {}
+        for name, target in targets.items():
+            delta = target - current[name]
+            move = f"{delta:+d} process{'es' if abs(delta) != 1 else ''}" if delta else "no change"
+            reasons[name] = f"{name}: {why[name]}, {move}"
+            if delta > 0:
+                mem.grew_at[name] = now
+                mem.low_since.pop(name, None)
+            elif delta < 0:
+                mem.low_since.pop(name, None)
+        return Decision(now, targets, reasons, targets != current)
+
+    def _share(self, wanted: dict[str, int]) -> dict[str, int]:
+        """Fit the wants into the budget: minimums first, the rest by need."""
+        if sum(wanted.values()) <= self.budget:
+            return dict(wanted)
+        mins = {n: self.limits[n].min_processes for n in wanted}
+        room = max(0, self.budget - sum(mins.values()))
+        extra = {n: wanted[n] - mins[n] for n in wanted}
+        total = sum(extra.values())
+        exact = {n: room * extra[n] / total if total else 0.0 for n in wanted}
+        out = {n: mins[n] + math.floor(exact[n]) for n in wanted}
+        left = self.budget - sum(out.values())
+        for n in sorted(wanted, key=lambda n: exact[n] - math.floor(exact[n]), reverse=True):
+            if left <= 0:
+                break
+            if out[n] < wanted[n]:
+                out[n] += 1
+                left -= 1
+        return out
+
+    def _step(self, current: dict[str, int], shared: dict[str, int]) -> dict[str, int]:
+        """At most ``max_shift`` per pool; shrinks first, growths into the room left."""
+        out: dict[str, int] = {}
+        for n, want in shared.items():
+            lim = self.limits[n]
+            cur = current[n]
+            if want < cur:
+                out[n] = max(want, cur - self.max_shift, lim.min_processes)
+            else:
+                out[n] = max(cur, lim.min_processes) if cur < lim.min_processes else cur
+        # Pools below their minimum (a new host) or above their maximum are set right.
+        for n in out:
+            lim = self.limits[n]
+            out[n] = min(max(out[n], lim.min_processes), lim.max_processes)
+        room = self.budget - sum(out.values())
+        growing = sorted((n for n in shared if shared[n] > out[n]),
+                         key=lambda n: shared[n] - out[n], reverse=True)  # fmt: skip
+        for n in growing:
+            if room <= 0:
+                break
+            step = min(shared[n] - out[n], self.max_shift, room)
+            out[n] += step
+            room -= step
+        return out

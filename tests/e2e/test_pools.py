@@ -1,0 +1,133 @@
+"""``notify-worker supervise``: pools balanced by measured wait, on real Redis with real
+processes.
+
+Guarantees: a burst on one pool grows it and it shrinks back to its minimum after, with
+every job run exactly once (scale-down is a graceful SIGTERM); two supervisors sharing a
+pool's ``max_processes_total`` never run more than it, and when one is SIGKILLed the
+other takes over its share within about one lease; a supervisor whose Redis stops keeps
+its children and balances again once Redis is back. ``notify-worker workers --json``
+names each process's pool.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from tests.e2e.pools_app import Noop, Slow, make_app
+from tests.integration.workflows_support import wait_until
+from tests.support import Proc, python_cmd
+from tidings import App
+
+ROOT = Path(__file__).resolve().parents[2]
+
+BURST = {
+    "pools": [
+        {"name": "fast", "queues": ["fast"], "min_processes": 1, "max_processes": 2,
+         "concurrency": 16, "target_wait_s": 1.0},
+        {"name": "slow", "queues": ["slow"], "min_processes": 1, "max_processes": 4,
+         "concurrency": 4, "target_wait_s": 0.5},
+    ],
+    "max_processes": 5, "cooldown_s": 1.0, "max_shift": 2, "lease_s": 3.0,
+}  # fmt: skip
+
+
+def pool_children(sup_pid: int | None = None, session: int | None = None) -> dict[str, list[int]]:
+    """Live worker processes per pool: children of ``sup_pid``, or members of ``session``
+    (children of a SIGKILLed supervisor keep its session), from /proc."""
+    out: dict[str, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] == "Z":
+            continue
+        if sup_pid is not None and int(fields[1]) != sup_pid:
+            continue
+        if session is not None and int(fields[4]) != session:
+            continue
+        for var in environ.split(b"\0"):
+            if var.startswith(b"TIDINGS_POOL="):
+                out.setdefault(var.split(b"=", 1)[1].decode(), []).append(int(entry.name))
+    return out
+
+
+def counts(children: dict[str, list[int]]) -> dict[str, int]:
+    return {k: len(v) for k, v in children.items()}
+
+
+def supervise(spawn_proc: Callable[..., Proc], url: str, prefix: str, config: dict[str, Any],
+              name: str = "sup") -> Proc:  # fmt: skip
+    env = {"POOLS_REDIS_URL": url, "POOLS_PREFIX": prefix, "POOLS_CONFIG": orjson.dumps(config).decode(),
+           "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    cmd = python_cmd("-m", "tidings.cli", "supervise", "-A", "tests.e2e.pools_app:app",
+                     "--grace", "5", "--interval", "0.5")  # fmt: skip
+    return spawn_proc(cmd, name=name, extra_env=env, cwd=ROOT)
+
+
+def execs(r: redis.Redis, prefix: str) -> dict[str, int]:
+    raw: Any = r.hgetall(f"{prefix}:test:exec")
+    return {k.decode(): int(v) for k, v in raw.items()}
+
+
+@pytest.fixture
+def app(redis_url: str, prefix: str) -> Iterator[App]:
+    a = make_app(redis_url, prefix, BURST)
+    try:
+        yield a
+    finally:
+        a.close()
+
+
+def test_burst_grows_the_pool_then_it_shrinks_back_and_no_job_is_lost(
+    app: App, redis_client: redis.Redis, redis_url: str, prefix: str,
+    spawn_proc: Callable[..., Proc],
+) -> None:  # fmt: skip
+    sup = supervise(spawn_proc, redis_url, prefix, BURST)
+    try:
+        wait_until(lambda: counts(pool_children(sup.pid)) == {"fast": 1, "slow": 1}, 30,
+                   "one process per pool", sup)  # fmt: skip
+        # `workers --json` names each process's pool.
+        def pools_seen() -> set[str]:
+            out = subprocess.run(
+                [sys.executable, "-m", "tidings.cli", "-A", "tests.e2e.pools_app:app",
+                 "workers", "--json"], cwd=ROOT,
+                env={**os.environ, "POOLS_REDIS_URL": redis_url, "POOLS_PREFIX": prefix},
+                capture_output=True, timeout=30,
+            )  # fmt: skip
+            assert out.returncode == 0, out.stderr.decode()
+            return {b["pool"] for b in orjson.loads(out.stdout)}
+
+        wait_until(lambda: pools_seen() == {"fast", "slow"}, 30, "workers --json pools", sup)
+        n = 1500
+        app.dispatch_many([Slow(f"s{i}", 50) for i in range(n)])
+        app.dispatch_many([Noop(f"f{i}") for i in range(50)])
+        peak = wait_until(lambda: (c := counts(pool_children(sup.pid))).get("slow", 0) >= 3 and c,
+                          60, "the slow pool to grow", sup)  # fmt: skip
+        assert peak["slow"] <= 4 and sum(peak.values()) <= 5
+        wait_until(lambda: len(execs(redis_client, prefix)) == n + 50, 120, "every job", sup)
+        wait_until(lambda: counts(pool_children(sup.pid)) == {"fast": 1, "slow": 1}, 60,
+                   "both pools back to their minimum", sup)  # fmt: skip
+        done = execs(redis_client, prefix)
+        assert set(done.values()) == {1}, "a job ran twice or not at all"
+        assert "retiring worker" in sup.output()
+        decisions = [orjson.loads(d) for d in redis_client.lrange(f"{prefix}:{{pools}}:decisions", 0, -1)]
+        assert any("slow: " in r and "+" in r for d in decisions for r in d["reasons"])
+    finally:
+        sup.terminate()
+        assert sup.wait(30) == 0
+    assert pool_children(sup.pid) == {}
