@@ -111,7 +111,7 @@ class Balancer:
         n = load.processes
         t = self._target(lim)
         used = max(0.0, min(1.0, load.busy)) * n
-        speed = load.started_per_s / used if used > 0.05 and load.started_per_s > 0 else None
+        speed = load.started_per_s / used if used > 0.05 and load.started_per_s > 1e-6 else None
         wait = load.wait_p95_s
         over = wait is not None and wait > t
         goal = "target" if lim.target_wait_s is not None else "goal"
@@ -122,7 +122,7 @@ class Balancer:
                 need = math.ceil(used / GROW_USE)
                 return max(n, need), f"{why_wait}, busy {load.busy:.0%}"
             return n + self.max_shift, f"{why_wait}, backlog {load.backlog} and no speed yet"
-        clear = load.backlog / (speed * t) if speed else 0.0
+        clear = min(1e6, load.backlog / (speed * t)) if speed else 0.0
         up = math.ceil(used / GROW_USE + clear - 1e-9)
         if over and load.backlog > 0 and up <= n:
             up = n + 1
@@ -152,15 +152,17 @@ class Balancer:
             return Decision(now, current, {n: "cooling down" for n in current}, False, False)
         mem.last_at = now
         wanted: dict[str, int] = {}
+        needs: dict[str, int] = {}
         why: dict[str, str] = {}
         for name, lim in self.limits.items():
             load = loads.get(name, PoolLoad(name, current[name]))
             need, reason = self._need(lim, load, now)
+            needs[name] = need
             wanted[name] = max(lim.min_processes, min(lim.max_processes, need))
             why[name] = reason
             if wanted[name] != need:
                 why[name] += f" (bounded to {wanted[name]})"
-        shared = self._share(wanted)
+        shared = self._share(wanted, needs)
         for name in wanted:
             if shared[name] < wanted[name]:
                 why[name] += f", {shared[name]} of the {self.budget} shared by load"
@@ -173,27 +175,37 @@ class Balancer:
             if delta > 0:
                 mem.grew_at[name] = now
                 mem.low_since.pop(name, None)
-            elif delta < 0:
-                mem.low_since.pop(name, None)
+            # A shrink keeps the calm's start: a pool still calm goes on shrinking.
         return Decision(now, targets, reasons, targets != current)
 
-    def _share(self, wanted: dict[str, int]) -> dict[str, int]:
-        """Fit the wants into the budget: minimums first, the rest by need."""
+    def _share(self, wanted: dict[str, int], needs: dict[str, int]) -> dict[str, int]:
+        """Fit the wants into the budget: minimums first, the rest in proportion to each
+        pool's need above its minimum (none gets more than it wants)."""
         if sum(wanted.values()) <= self.budget:
             return dict(wanted)
-        mins = {n: self.limits[n].min_processes for n in wanted}
-        room = max(0, self.budget - sum(mins.values()))
-        extra = {n: wanted[n] - mins[n] for n in wanted}
-        total = sum(extra.values())
-        exact = {n: room * extra[n] / total if total else 0.0 for n in wanted}
-        out = {n: mins[n] + math.floor(exact[n]) for n in wanted}
-        left = self.budget - sum(out.values())
-        for n in sorted(wanted, key=lambda n: exact[n] - math.floor(exact[n]), reverse=True):
-            if left <= 0:
-                break
-            if out[n] < wanted[n]:
+        out = {n: self.limits[n].min_processes for n in wanted}
+        room = max(0, self.budget - sum(out.values()))
+        open_ = {n for n in wanted if wanted[n] > out[n]}
+        while room > 0 and open_:
+            weight = {n: max(1e-9, needs[n] - self.limits[n].min_processes) for n in open_}
+            total = sum(weight.values())
+            exact = {n: room * weight[n] / total for n in open_}
+            capped = {n for n in open_ if out[n] + exact[n] >= wanted[n]}
+            if capped:  # these get all they want; share the rest again
+                for n in capped:
+                    room -= wanted[n] - out[n]
+                    out[n] = wanted[n]
+                open_ -= capped
+                continue
+            for n in open_:
+                out[n] += math.floor(exact[n])
+            left = self.budget - sum(out.values())
+            for n in sorted(open_, key=lambda n: exact[n] - math.floor(exact[n]), reverse=True):
+                if left <= 0:
+                    break
                 out[n] += 1
                 left -= 1
+            break
         return out
 
     def _step(self, current: dict[str, int], shared: dict[str, int]) -> dict[str, int]:
@@ -210,6 +222,13 @@ class Balancer:
         for n in out:
             lim = self.limits[n]
             out[n] = min(max(out[n], lim.min_processes), lim.max_processes)
+        # Raising pools to their minimum may overrun the budget: the others then shrink
+        # past max_shift (bounds come before pace), the most over their share first.
+        while sum(out.values()) > self.budget:
+            over = [n for n in out if out[n] > max(shared[n], self.limits[n].min_processes)]
+            if not over:
+                break
+            out[max(over, key=lambda n: out[n] - shared[n])] -= 1
         room = self.budget - sum(out.values())
         growing = sorted((n for n in shared if shared[n] > out[n]),
                          key=lambda n: shared[n] - out[n], reverse=True)  # fmt: skip
