@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 GROW_USE = 0.8
 SHRINK_USE = 0.6
 SHRINK_HOLD_COOLDOWNS = 2.0
+PRESSURE_CLEAR = 0.25  # a backlog that takes over a quarter of the target to clear
+CALM_CLEAR = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,7 @@ class _Memory:
     last_at: float | None = None
     grew_at: dict[str, float] = field(default_factory=dict)
     low_since: dict[str, float] = field(default_factory=dict)
+    peak: dict[str, float] = field(default_factory=dict)  # most used during the calm spell
 
 
 def _fmt(s: float | None) -> str:
@@ -123,23 +126,27 @@ class Balancer:
                 return max(n, need), f"{why_wait}, busy {load.busy:.0%}"
             return n + self.max_shift, f"{why_wait}, backlog {load.backlog} and no speed yet"
         clear = min(1e6, load.backlog / (speed * t)) if speed else 0.0
-        up = math.ceil(used / GROW_USE + clear - 1e-9)
-        if over and load.backlog > 0 and up <= n:
-            up = n + 1
-        if up > n:
+        if (over and load.backlog > 0) or clear > PRESSURE_CLEAR:
+            up = max(n + 1, math.ceil(used / GROW_USE + clear - 1e-9))
             self._mem.low_since.pop(lim.name, None)
+            self._mem.peak.pop(lim.name, None)
             return up, f"{why_wait}, backlog {load.backlog}, busy {load.busy:.0%}"
-        down = max(1 if used > 0 else 0, math.ceil(used / SHRINK_USE + clear - 1e-9))
-        calm = (wait is None or wait < t / 2) and clear < 0.5
-        if calm and down < n:
-            since = self._mem.low_since.setdefault(lim.name, now)
-            grew = self._mem.grew_at.get(lim.name)
-            hold = SHRINK_HOLD_COOLDOWNS * self.cooldown_s
-            if now - since >= hold and (grew is None or now - grew >= hold):
-                return down, f"{why_wait}, busy {load.busy:.0%}, backlog {load.backlog}"
-            return n, f"{why_wait}, busy {load.busy:.0%}: waiting before shrinking"
-        self._mem.low_since.pop(lim.name, None)
-        return n, f"{why_wait}, busy {load.busy:.0%}: steady"
+        calm = (wait is None or wait < t / 2) and clear < CALM_CLEAR
+        if not calm:
+            self._mem.low_since.pop(lim.name, None)
+            self._mem.peak.pop(lim.name, None)
+            return n, f"{why_wait}, busy {load.busy:.0%}: steady"
+        # Shrink to what the busiest moment of the calm spell needs, at 60 % use.
+        since = self._mem.low_since.setdefault(lim.name, now)
+        peak = self._mem.peak[lim.name] = max(self._mem.peak.get(lim.name, 0.0), used)
+        down = max(1 if peak > 0 else 0, math.ceil(peak / SHRINK_USE + clear - 1e-9))
+        if down >= n:
+            return n, f"{why_wait}, busy {load.busy:.0%}: steady"
+        grew = self._mem.grew_at.get(lim.name)
+        hold = SHRINK_HOLD_COOLDOWNS * self.cooldown_s
+        if now - since >= hold and (grew is None or now - grew >= hold):
+            return down, f"{why_wait}, busy {load.busy:.0%}, backlog {load.backlog}"
+        return n, f"{why_wait}, busy {load.busy:.0%}: waiting before shrinking"
 
     def decide(self, loads: Mapping[str, PoolLoad], now: float) -> Decision:
         """Targets for ``now``; the current processes when within the cooldown."""
