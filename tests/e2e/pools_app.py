@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,16 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
+async def _wait(queue: str, t0: float) -> None:
+    """Log ``"<start> <wait>"`` under ``{prefix}:test:wait:<queue>`` (benchmarks/pools.py)."""
+    if t0:
+        app = _current.current()
+        now = time.time()
+        await app.queue_for(None).aclient().rpush(
+            f"{app.settings.prefix}:test:wait:{queue}", f"{now:.3f} {now - t0:.4f}"
+        )
+
+
 async def _record(job_id: str) -> None:
     app = _current.current()
     await app.queue_for(None).aclient().hincrby(f"{app.settings.prefix}:test:exec", job_id, 1)
@@ -47,8 +58,10 @@ async def _record(job_id: str) -> None:
 @dataclass
 class Noop(Job):
     id: str
+    t0: float = 0.0  # the dispatch time: the job logs its wait
 
     async def handle(self) -> None:
+        await _wait("fast", self.t0)
         await _record(self.id)
 
 
@@ -56,8 +69,10 @@ class Noop(Job):
 class Slow(Job):
     id: str
     ms: float = 50.0
+    t0: float = 0.0
 
     async def handle(self) -> None:
+        await _wait("slow", self.t0)
         await asyncio.sleep(self.ms / 1000)
         await _record(self.id)
 

@@ -10,13 +10,15 @@ How a pool's need is estimated (``T`` = its ``target_wait_s``, else ``default_wa
 * ``used = busy x processes`` is the processes' worth of work running now, and
   ``speed = started_per_s / used`` what one fully busy process gets through.
 * It needs ``used / 0.8 + backlog / (speed x T)`` processes: enough to run what runs now
-  at 80 % and to clear the backlog within its wait target. A backlog with no measured
-  speed yet (nothing started) grows the pool by ``max_shift``; a measured p95 above ``T``
-  with a backlog grows it by at least one even when the estimate says it is enough.
-* It shrinks only when the p95 is under ``T / 2``, the backlog clears in under ``T / 2``,
-  and ``used / 0.6`` fits in fewer processes, for two cooldowns in a row, and never
-  within two cooldowns of growing. Growing needs use above 80 %, shrinking use under
-  60 % of what remains: a steady load sits inside the band and nothing moves.
+  at 80 % and to clear the backlog within its wait target.
+* It grows when jobs wait and either the measured p95 is over ``T`` or the need exceeds
+  its processes (by a quarter) while the p95 is past ``T / 4``: the measured wait, not an
+  estimate from a handful of jobs, says when. A backlog with no speed measured yet (no
+  job started) grows it by ``max_shift``.
+* It shrinks only when calm (p95 under ``T / 2``, backlog clearing in a tenth of ``T``)
+  for two cooldowns, never within two cooldowns of growing, and only to what the busiest
+  sample of the calm spell needs at 60 % use. A steady load, noise included, stays
+  inside the band between the two rules and nothing moves.
 
 Bounds: each pool stays within ``[min_processes, max_processes]``; the pools together
 stay within ``budget``; when their needs add up to more, each gets its minimum and the
@@ -77,6 +79,7 @@ class _Memory:
     grew_at: dict[str, float] = field(default_factory=dict)
     low_since: dict[str, float] = field(default_factory=dict)
     peak: dict[str, float] = field(default_factory=dict)  # most used during the calm spell
+    seen: dict[str, float] = field(default_factory=dict)  # most used since the last decision
 
 
 def _fmt(s: float | None) -> str:
@@ -126,8 +129,13 @@ class Balancer:
                 return max(n, need), f"{why_wait}, busy {load.busy:.0%}"
             return n + self.max_shift, f"{why_wait}, backlog {load.backlog} and no speed yet"
         clear = min(1e6, load.backlog / (speed * t)) if speed else 0.0
-        if (over and load.backlog > 0) or clear > PRESSURE_CLEAR:
-            up = max(n + 1, math.ceil(used / GROW_USE + clear - 1e-9))
+        need = used / GROW_USE + clear
+        # Grow on a measured p95 over the target with jobs waiting, or on a backlog the
+        # processes cannot clear in time once the p95 is past half the target (the wait,
+        # not a guess from a few jobs, says when).
+        half = wait is None or wait > t / 4
+        if load.backlog > 0 and (over or (need > n + PRESSURE_CLEAR and half)):
+            up = max(n + 1, math.ceil(need - 1e-9))
             self._mem.low_since.pop(lim.name, None)
             self._mem.peak.pop(lim.name, None)
             return up, f"{why_wait}, backlog {load.backlog}, busy {load.busy:.0%}"
@@ -138,7 +146,9 @@ class Balancer:
             return n, f"{why_wait}, busy {load.busy:.0%}: steady"
         # Shrink to what the busiest moment of the calm spell needs, at 60 % use.
         since = self._mem.low_since.setdefault(lim.name, now)
-        peak = self._mem.peak[lim.name] = max(self._mem.peak.get(lim.name, 0.0), used)
+        peak = self._mem.peak[lim.name] = max(
+            self._mem.peak.get(lim.name, 0.0), self._mem.seen.get(lim.name, 0.0), used
+        )
         down = max(1 if peak > 0 else 0, math.ceil(peak / SHRINK_USE + clear - 1e-9))
         if down >= n:
             return n, f"{why_wait}, busy {load.busy:.0%}: steady"
@@ -155,6 +165,9 @@ class Balancer:
             for name, lim in self.limits.items()
         }
         mem = self._mem
+        for name, load in loads.items():  # every sample counts for the calm spell's peak
+            used = max(0.0, min(1.0, load.busy)) * load.processes
+            mem.seen[name] = max(mem.seen.get(name, 0.0), used)
         if mem.last_at is not None and now - mem.last_at < self.cooldown_s:
             return Decision(now, current, {n: "cooling down" for n in current}, False, False)
         mem.last_at = now
@@ -169,6 +182,7 @@ class Balancer:
             why[name] = reason
             if wanted[name] != need:
                 why[name] += f" (bounded to {wanted[name]})"
+        mem.seen.clear()
         shared = self._share(wanted, needs)
         for name in wanted:
             if shared[name] < wanted[name]:
