@@ -34,6 +34,7 @@ from tidings.pools.spec import PoolsConfig
 from tidings.redis import scripts
 
 KEEP = 720  # decisions and samples kept for the dashboard
+SAMPLE_EVERY_S = 5.0  # a sample of processes per pool (720 of them: the last hour)
 KEEP_S = 7200
 
 
@@ -90,6 +91,7 @@ class Coordinator:
         self._seq = 0
         self._previous: dict[str, dict[str, int]] = {}
         self.last_decision: Decision | None = None
+        self._sampled_at = 0.0
 
     def key(self, what: str) -> str:
         return pools_key(self.prefix, what)
@@ -255,12 +257,16 @@ class Coordinator:
         self._seq += 1
         plan = {"seq": self._seq, "at": time.time(), "leader": self.host, "hosts": shares,
                 "targets": decision.targets}  # fmt: skip
-        sample = {
+        sample: dict[str, Any] | None = None
+        if decision.changed or now - self._sampled_at >= SAMPLE_EVERY_S:
+            self._sampled_at = now
+            sample = {
             "at": time.time(),
-            "processes": {p.name: sum(h.processes.get(p.name, 0) for h in states)
-                          for p in cfg.pools},  # fmt: skip
-            "hosts": len(states),
-        }
+                "processes": {p.name: sum(h.processes.get(p.name, 0) for h in states)
+                              for p in cfg.pools},  # fmt: skip
+                "targets": decision.targets,
+                "hosts": len(states),
+            }
         logged = ""
         if decision.changed:
             logged = orjson.dumps({
@@ -272,8 +278,8 @@ class Coordinator:
             self.client,
             [self.key("leader"), self.key("plan"), self.key("seq"), self.key("decisions"),
              self.key("samples")],
-            [self.host, self._seq, orjson.dumps(plan), orjson.dumps(sample), logged, KEEP,
-             KEEP_S],
+            [self.host, self._seq, orjson.dumps(plan),
+             orjson.dumps(sample) if sample else "", logged, KEEP, KEEP_S],
         )  # fmt: skip
         if int(ok) == 1:
             self._previous = shares

@@ -2,7 +2,7 @@
 -- logs the decision and a sample of processes per pool for the dashboard.
 -- KEYS[1] leader key  KEYS[2] plan  KEYS[3] plan seq  KEYS[4] decisions list
 -- KEYS[5] samples list
--- ARGV[1] host id  ARGV[2] seq  ARGV[3] plan (JSON)  ARGV[4] sample (JSON)
+-- ARGV[1] host id  ARGV[2] seq  ARGV[3] plan (JSON)  ARGV[4] sample (JSON, '' when none)
 -- ARGV[5] decision (JSON, '' when none)  ARGV[6] entries kept per list  ARGV[7] ttl (s)
 -- Reply: 1 written (or already written: a re-sent call), 0 not the leader.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -15,9 +15,11 @@ local ttl = tonumber(ARGV[7])
 local keep = tonumber(ARGV[6])
 redis.call('SET', KEYS[2], ARGV[3], 'EX', ttl)
 redis.call('SET', KEYS[3], ARGV[1] .. ':' .. ARGV[2], 'EX', ttl)
-redis.call('LPUSH', KEYS[5], ARGV[4])
-redis.call('LTRIM', KEYS[5], 0, keep - 1)
-redis.call('EXPIRE', KEYS[5], ttl)
+if ARGV[4] ~= '' then
+  redis.call('LPUSH', KEYS[5], ARGV[4])
+  redis.call('LTRIM', KEYS[5], 0, keep - 1)
+  redis.call('EXPIRE', KEYS[5], ttl)
+end
 if ARGV[5] ~= '' then
   redis.call('LPUSH', KEYS[4], ARGV[5])
   redis.call('LTRIM', KEYS[4], 0, keep - 1)
