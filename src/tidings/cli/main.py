@@ -603,10 +603,14 @@ def failed_prune(ctx: click.Context, hours: float) -> None:
 
 @main.command()
 @click.option("-A", "--app", "app_spec", default=None, help="The App as module:attribute.")
-@click.option("--grace", default=30.0, show_default=True, help="On SIGTERM, wait this long for jobs.")
+@click.option(
+    "--grace", default=30.0, show_default=True, help="On SIGTERM, wait this long for jobs."
+)
 @click.option("--timeout", default=60.0, show_default=True, help="Default job timeout (s).")
 @click.option("--memory", default=0.0, help="A child exits with code 12 above this RSS (MB).")
-@click.option("--interval", default=1.0, show_default=True, help="Seconds between balancing steps.")
+@click.option(
+    "--interval", default=1.0, show_default=True, help="Seconds between balancing steps."
+)
 @click.pass_context
 def supervise(ctx: click.Context, app_spec: str | None, grace: float, timeout: float,
               memory: float, interval: float) -> None:  # fmt: skip
@@ -636,8 +640,8 @@ def supervise(ctx: click.Context, app_spec: str | None, grace: float, timeout: f
     if memory:
         extra += ["--memory", str(memory)]
     names = ", ".join(f"{p.name} ({','.join(p.queues)})" for p in config.pools)
-    click.echo(escape(f"supervising pools {names}; balance {config.balance}, at most "
-                      f"{config.host_max} processes on this host; Redis {reading(app)}"))  # fmt: skip
+    what = f"supervising pools {names}; balance {config.balance}, at most {config.host_max}"
+    click.echo(escape(what) + f" processes on this host; Redis {reading(app)}")
     sup = PoolSupervisor(config, spec, coordinator, extra_args=extra, grace_s=grace,
                          timeout_s=timeout, interval_s=interval)  # fmt: skip
     sys.exit(sup.run())

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 GROW_USE = 0.8
 SHRINK_USE = 0.6
 SHRINK_HOLD_COOLDOWNS = 2.0
-PRESSURE_CLEAR = 0.25  # a backlog that takes over a quarter of the target to clear
+PRESSURE_CLEAR = 0.25  # processes needed beyond those running before a backlog grows a pool
 CALM_CLEAR = 0.1
 
 
@@ -125,16 +125,15 @@ class Balancer:
         if load.backlog > 0 and speed is None:
             if used > 0.05 and not over:
                 # Busy, no finished starts measured yet: judge by use alone.
-                need = math.ceil(used / GROW_USE)
-                return max(n, need), f"{why_wait}, busy {load.busy:.0%}"
+                return max(n, math.ceil(used / GROW_USE)), f"{why_wait}, busy {load.busy:.0%}"
             return n + self.max_shift, f"{why_wait}, backlog {load.backlog} and no speed yet"
         clear = min(1e6, load.backlog / (speed * t)) if speed else 0.0
         need = used / GROW_USE + clear
         # Grow on a measured p95 over the target with jobs waiting, or on a backlog the
-        # processes cannot clear in time once the p95 is past half the target (the wait,
-        # not a guess from a few jobs, says when).
-        half = wait is None or wait > t / 4
-        if load.backlog > 0 and (over or (need > n + PRESSURE_CLEAR and half)):
+        # processes cannot clear in time once the p95 is past a quarter of the target
+        # (the measured wait, not a guess from a few jobs, says when).
+        waiting = wait is None or wait > t / 4
+        if load.backlog > 0 and (over or (need > n + PRESSURE_CLEAR and waiting)):
             up = max(n + 1, math.ceil(need - 1e-9))
             self._mem.low_since.pop(lim.name, None)
             self._mem.peak.pop(lim.name, None)

@@ -106,8 +106,10 @@ class Coordinator:
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
             "max_processes": self.config.host_max,
-            "pools": {n: {"alive": p.alive, "active": p.active, "running": p.running}
-                      for n, p in local.items()},  # fmt: skip
+            "pools": {
+                n: {"alive": p.alive, "active": p.active, "running": p.running}
+                for n, p in local.items()
+            },
             "at": time.time(),
         }
         scripts.POOLS_REPORT.call(
@@ -262,8 +264,9 @@ class Coordinator:
             self._sampled_at = now
             sample = {
             "at": time.time(),
-                "processes": {p.name: sum(h.processes.get(p.name, 0) for h in states)
-                              for p in cfg.pools},  # fmt: skip
+                "processes": {
+                    p.name: sum(h.processes.get(p.name, 0) for h in states) for p in cfg.pools
+                },
                 "targets": decision.targets,
                 "hosts": len(states),
             }

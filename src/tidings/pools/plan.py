@@ -64,8 +64,10 @@ def split(
     for p in pools:
         want = targets.get(p.name, 0)
         while sum(share[h.host][p.name] for h in hosts) < want:
-            open_ = [h for h in hosts
-                     if share[h.host][p.name] < p.max_processes and used(h.host) < room[h.host]]  # fmt: skip
+            open_ = [
+                h for h in hosts
+                if share[h.host][p.name] < p.max_processes and used(h.host) < room[h.host]
+            ]
             if not open_:
                 break
             h = min(open_, key=lambda h: (share[h.host][p.name], used(h.host), h.host))

@@ -111,7 +111,7 @@ class PoolSupervisor(Supervisor):
                          "returns")  # fmt: skip
                 self.redis_ok = False
                 continue
-            except Exception as exc:  # noqa: BLE001 - a bad report must not stop balancing
+            except Exception as exc:  # a bad report must not stop balancing
                 _log(f"balancing step failed: {type(exc).__name__}: {exc}")
                 continue
             if not self.redis_ok:
