@@ -320,6 +320,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--n", type=int, default=5000)
     args = ap.parse_args()
+    # SIGTERM ends the run through the finally blocks: supervisors and Redis stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     only = set(args.only.split(","))
     print("machine: 2 cores shared with other sessions running tests (busy); figures noisy")
     if "sim" in only:

@@ -82,6 +82,7 @@ class _State:
     window: list[tuple[float, float]] = field(default_factory=list)
     started_window: float = 0.0
     busy_now: float = 0.0
+    busy_steps: list[float] = field(default_factory=list)
     process_s: float = 0.0
     moves: list[int] = field(default_factory=list)
     history: list[tuple[float, int]] = field(default_factory=list)
@@ -191,7 +192,11 @@ def simulate(pools: list[SimPool], arrivals: dict[str, list[float]], *, strategy
             st.backlog = max(0.0, st.backlog - served)
             st.started_window += served
             full = st.total * st.pool.concurrency * DT / st.pool.runtime_s
-            st.busy_now = served / full if full else 0.0
+            # Busy as the supervisor measures it: averaged over the last second.
+            st.busy_steps.append(served / full if full else 0.0)
+            if len(st.busy_steps) > 10:
+                st.busy_steps.pop(0)
+            st.busy_now = sum(st.busy_steps) / len(st.busy_steps)
             st.process_s += st.total * DT
             if i % 10 == 0:
                 st.history.append((now, st.total))

@@ -16,9 +16,9 @@ How a pool's need is estimated (``T`` = its ``target_wait_s``, else ``default_wa
   estimate from a handful of jobs, says when. A backlog with no speed measured yet (no
   job started) grows it by ``max_shift``.
 * It shrinks only when calm (p95 under ``T / 2``, backlog clearing in a tenth of ``T``)
-  for two cooldowns, never within two cooldowns of growing, and only to what the busiest
-  sample of the calm spell needs at 60 % use. A steady load, noise included, stays
-  inside the band between the two rules and nothing moves.
+  for two cooldowns, never within two cooldowns of growing, and only to what the last
+  two cooldowns used: on average at 60 % use and at their busiest at 80 %. A steady
+  load, noise included, stays inside the band between the two rules: nothing moves.
 
 Bounds: each pool stays within ``[min_processes, max_processes]``; the pools together
 stay within ``budget``; when their needs add up to more, each gets its minimum and the
@@ -78,8 +78,7 @@ class _Memory:
     last_at: float | None = None
     grew_at: dict[str, float] = field(default_factory=dict)
     low_since: dict[str, float] = field(default_factory=dict)
-    peak: dict[str, float] = field(default_factory=dict)  # most used during the calm spell
-    seen: dict[str, float] = field(default_factory=dict)  # most used since the last decision
+    recent: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # (at, used)
 
 
 def _fmt(s: float | None) -> str:
@@ -136,19 +135,17 @@ class Balancer:
         if load.backlog > 0 and (over or (need > n + PRESSURE_CLEAR and waiting)):
             up = max(n + 1, math.ceil(need - 1e-9))
             self._mem.low_since.pop(lim.name, None)
-            self._mem.peak.pop(lim.name, None)
             return up, f"{why_wait}, backlog {load.backlog}, busy {load.busy:.0%}"
         calm = (wait is None or wait < t / 2) and clear < CALM_CLEAR
         if not calm:
             self._mem.low_since.pop(lim.name, None)
-            self._mem.peak.pop(lim.name, None)
             return n, f"{why_wait}, busy {load.busy:.0%}: steady"
-        # Shrink to what the busiest moment of the calm spell needs, at 60 % use.
+        # Shrink to what the last hold used: on average at 60 % use, at its busiest 80 %.
         since = self._mem.low_since.setdefault(lim.name, now)
-        peak = self._mem.peak[lim.name] = max(
-            self._mem.peak.get(lim.name, 0.0), self._mem.seen.get(lim.name, 0.0), used
-        )
-        down = max(1 if peak > 0 else 0, math.ceil(peak / SHRINK_USE + clear - 1e-9))
+        seen = [used, *(u for _, u in self._mem.recent.get(lim.name, []))]
+        mean, peak = sum(seen) / len(seen), max(seen)
+        room = max(mean / SHRINK_USE, peak / GROW_USE) + clear
+        down = max(1 if peak > 0 else 0, math.ceil(room - 1e-9))
         if down >= n:
             return n, f"{why_wait}, busy {load.busy:.0%}: steady"
         grew = self._mem.grew_at.get(lim.name)
@@ -164,9 +161,11 @@ class Balancer:
             for name, lim in self.limits.items()
         }
         mem = self._mem
-        for name, load in loads.items():  # every sample counts for the calm spell's peak
+        hold = SHRINK_HOLD_COOLDOWNS * self.cooldown_s
+        for name, load in loads.items():  # every sample counts for the peak of the hold
             used = max(0.0, min(1.0, load.busy)) * load.processes
-            mem.seen[name] = max(mem.seen.get(name, 0.0), used)
+            kept = [(at, u) for at, u in mem.recent.get(name, []) if at >= now - hold]
+            mem.recent[name] = [*kept, (now, used)]
         if mem.last_at is not None and now - mem.last_at < self.cooldown_s:
             return Decision(now, current, {n: "cooling down" for n in current}, False, False)
         mem.last_at = now
@@ -181,7 +180,6 @@ class Balancer:
             why[name] = reason
             if wanted[name] != need:
                 why[name] += f" (bounded to {wanted[name]})"
-        mem.seen.clear()
         shared = self._share(wanted, needs)
         for name in wanted:
             if shared[name] < wanted[name]:

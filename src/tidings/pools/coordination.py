@@ -69,6 +69,7 @@ def p95_s(hist: Sequence[int]) -> float | None:
 class _Window:
     hist: list[int] = field(default_factory=lambda: [0] * NBUCKETS)
     started: int = 0
+    run_s: float = 0.0  # runtime of the jobs finished in the window
     since: float = 0.0
 
 
@@ -174,7 +175,9 @@ class Coordinator:
         seq = plan.get("seq") if isinstance(plan, dict) else None
         self._seq = int(seq) if isinstance(seq, int) else self._seq
 
-    def _measure(self, queues: Sequence[str], now: float) -> dict[str, tuple[list[int], int]]:
+    def _measure(
+        self, queues: Sequence[str], now: float
+    ) -> dict[str, tuple[list[int], int, float]]:
         """Wait histogram and starts per queue since the last read (from the minute
         hashes the workers write: the current and the previous minute)."""
         minute = minute_of(now)
@@ -182,17 +185,18 @@ class Coordinator:
         wanted = [(q, m) for q in queues for m in (minute - 1, minute)]
         for q, m in wanted:
             pipe.hgetall(queue_minute_key(self.prefix, q, m))
-        out: dict[str, tuple[list[int], int]] = {q: ([0] * NBUCKETS, 0) for q in queues}
+        out: dict[str, tuple[list[int], int, float]] = {q: ([0] * NBUCKETS, 0, 0.0) for q in queues}
         for (q, m), raw in zip(wanted, pipe.execute(), strict=True):
             new = Counts.from_fields(raw if isinstance(raw, dict) else {})
             old = self._seen.get((q, m))
             self._seen[(q, m)] = new
             if old is None:
                 continue  # the first read is the baseline
-            hist, n = out[q]
+            hist, n, run_s = out[q]
             for i in range(NBUCKETS):
                 hist[i] += max(0, new.wait_hist[i] - old.wait_hist[i])
-            out[q] = (hist, n + max(0, new.wait_n - old.wait_n))
+            ran = max(0, new.runtime_us - old.runtime_us) / 1e6
+            out[q] = (hist, n + max(0, new.wait_n - old.wait_n), run_s + ran)
         for key in [k for k in self._seen if k[1] < minute - 1]:
             del self._seen[key]
         return out
@@ -218,9 +222,10 @@ class Coordinator:
         for p in cfg.pools:
             w = self._window.setdefault(p.name, _Window(since=now))
             for q in p.queues:
-                hist, n = measured[q]
+                hist, n, ran = measured[q]
                 w.hist = [a + b for a, b in zip(w.hist, hist, strict=True)]
                 w.started += n
+                w.run_s += ran
         bounds = limits_over(cfg.pools, len(states))
         limits = [PoolLimits(p.name, *bounds[p.name], p.target_wait_s) for p in cfg.pools]
         budget = sum(h.max_processes for h in states)
@@ -242,13 +247,18 @@ class Coordinator:
             w = self._window[p.name]
             span = max(1e-3, now - w.since)
             capacity = active * p.concurrency
+            # Busy: the running jobs now, or (smoother) the runtime the window's jobs
+            # used of the slots it had, whichever is more.
+            busy = running / capacity if capacity else 0.0
+            if capacity and now - w.since >= 1.0:
+                busy = max(busy, min(1.0, w.run_s / (span * capacity)))
             loads[p.name] = PoolLoad(
                 p.name,
                 active,
                 wait_p95_s=p95_s(w.hist),
                 backlog=sum(backlog[q] for q in p.queues),
                 started_per_s=w.started / span,
-                busy=running / capacity if capacity else 0.0,
+                busy=busy,
             )
         decision = self.balancer.decide(loads, now)
         if decision.decided:
