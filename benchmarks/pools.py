@@ -46,7 +46,8 @@ def _fmt(xs: list[float], unit: str = "s") -> str:
     if not xs:
         return "-"
     med = statistics.median(xs)
-    return f"{med:.1f} {unit} (min {min(xs):.1f}, max {max(xs):.1f}, n={len(xs)})"
+    d = 2 if med < 1 else 1
+    return f"{med:.{d}f} {unit} (min {min(xs):.{d}f}, max {max(xs):.{d}f}, n={len(xs)})"
 
 
 # -- simulation ----------------------------------------------------------------------------
@@ -145,7 +146,7 @@ def _p95(xs: list[float]) -> float:
     return xs[min(len(xs) - 1, int(0.95 * len(xs)))]
 
 
-def real_round(url: str, balanced: bool, n: int, tag: str) -> dict[str, Any]:
+def real_round(url: str, balanced: bool, n: int, tag: str, host_max: int = 8) -> dict[str, Any]:
     from tests.e2e.pools_app import Noop, Slow, make_app
 
     prefix = f"tbpool{os.getpid()}{tag}"
@@ -157,7 +158,7 @@ def real_round(url: str, balanced: bool, n: int, tag: str) -> dict[str, Any]:
             {"name": "slow", "queues": ["slow"], "min_processes": 1, "max_processes": slow_max,
              "concurrency": 4, "target_wait_s": 1.0},
         ],
-        "max_processes": 8, "balance": "auto" if balanced else "off",
+        "max_processes": host_max, "balance": "auto" if balanced else "off",
     }  # fmt: skip
     app = make_app(url, prefix, config)
     log = Path(f"/tmp/{prefix}.log")
@@ -219,12 +220,18 @@ def real_round(url: str, balanced: bool, n: int, tag: str) -> dict[str, Any]:
         per5: dict[int, list[float]] = {}
         for at, w in slow:
             per5.setdefault(int(at // 5) * 5, []).append(w)
+        procs5: dict[int, int] = {}
+        for at, c in timeline:
+            k = int(at // 5) * 5
+            procs5[k] = max(procs5.get(k, 0), c.get("slow", 0))
         peak = max((c.get("slow", 0) for _, c in timeline), default=0)
         return {
             "grown_s": grown_at, "done_s": done_at,
             "back_s": (back_at - done_at) if back_at and done_at else None,
             "slow_p95": _p95([w for _, w in slow]), "fast_p95_burst": _p95(fast_burst),
             "slow_p95_per5": {k: _p95(v) for k, v in sorted(per5.items())}, "peak_slow": peak,
+            "slow_started_per5": {k: len(v) for k, v in sorted(per5.items())},
+            "slow_procs_per5": procs5,
             "lost": n - len(slow),
         }  # fmt: skip
     finally:
@@ -237,10 +244,12 @@ def real_round(url: str, balanced: bool, n: int, tag: str) -> dict[str, Any]:
 def run_real(url: str, rounds: int, n: int) -> None:
     print(f"\n## real run: burst of {n:,} slow jobs (50 ms) + 100 no-op jobs/s, this machine "
           "(2 cores, shared with other sessions: BUSY)")  # fmt: skip
-    res: dict[str, list[dict[str, Any]]] = {"fixed": [], "balanced": []}
-    for i in range(rounds):  # interleaved A/B
-        for label in ("fixed", "balanced"):
-            out = real_round(url, label == "balanced", n, f"{label[0]}{i}")
+    variants = {"fixed": (False, 8), "balanced, max_processes 8": (True, 8),
+                "balanced, max_processes 4": (True, 4)}  # fmt: skip
+    res: dict[str, list[dict[str, Any]]] = {k: [] for k in variants}
+    for i in range(rounds):  # interleaved A/B/C
+        for j, (label, (balanced, host_max)) in enumerate(variants.items()):
+            out = real_round(url, balanced, n, f"v{j}r{i}", host_max)
             res[label].append(out)
             print(f"  round {i + 1} {label}: {out}", flush=True)
     print("\n| pools | slow pool grown after | burst done after | slow p95 wait | fast p95 "
@@ -250,13 +259,18 @@ def run_real(url: str, rounds: int, n: int) -> None:
         def col(key: str, runs: list[dict[str, Any]] = runs) -> str:
             xs = [r[key] for r in runs if r[key] is not None]
             return _fmt(xs)
-        print(f"| {label} | {col('grown_s') if label == 'balanced' else 'never'} | "
+        bal = label != "fixed"
+        print(f"| {label} | {col('grown_s') if bal else 'never'} | "
               f"{col('done_s')} | {col('slow_p95')} | {col('fast_p95_burst')} | "
-              f"{col('back_s') if label == 'balanced' else '-'} | "
+              f"{col('back_s') if bal else '-'} | "
               f"{sum(r['lost'] for r in runs)} |")  # fmt: skip
     for label, runs in res.items():
-        print(f"\nslow p95 wait per 5 s window ({label}, round 1): "
-              + ", ".join(f"{k}s:{v:.1f}" for k, v in runs[0]["slow_p95_per5"].items()))
+        r0 = runs[0]
+        print(f"\n{label}, round 1, per 5 s since the burst (all 5,000 dispatched at 0 s, so"
+              " a job's wait is when it started):")
+        print("  slow p95 wait: " + ", ".join(f"{k}s:{v:.1f}" for k, v in r0["slow_p95_per5"].items()))
+        print("  slow jobs started: " + ", ".join(f"{k}s:{v}" for k, v in r0["slow_started_per5"].items()))
+        print("  slow processes (most): " + ", ".join(f"{k}s:{v}" for k, v in r0["slow_procs_per5"].items()))
 
 
 # -- takeover ------------------------------------------------------------------------------

@@ -173,3 +173,8 @@ class PoolSupervisor(Supervisor):
             self._stop.set()
             if thread is not None:
                 thread.join(timeout=5)
+                try:
+                    assert self.coordinator is not None
+                    self.coordinator.leave()
+                except REDIS_ERRORS:
+                    pass  # the report and the lease lapse by themselves within a lease
