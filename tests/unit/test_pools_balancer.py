@@ -171,3 +171,20 @@ def test_bad_pool_declarations_name_the_setting() -> None:
         PoolsConfig(pools=(Pool("p", ["q"]),), balance="sometimes")
     with pytest.raises(ConfigurationError, match="max_processes="):
         PoolsConfig(pools=(Pool("p", ["q"], min_processes=3, max_processes=3),), max_processes=2)
+
+
+def test_a_pool_over_a_tighter_target_holds_the_growth_of_looser_ones() -> None:
+    lims = [PoolLimits("fast", 1, 2, 0.5), PoolLimits("slow", 1, 8, 1.0)]
+    b = Balancer(lims, budget=12, cooldown_s=1.0, max_shift=2)
+    slow_late = PoolLoad("slow", 2, 9.0, 4000, 80.0, 1.0)
+    d = b.decide({"fast": PoolLoad("fast", 1, 0.1, 0, 50.0, 0.2), "slow": slow_late}, now=0.0)
+    assert d.targets["slow"] == 4  # fast meets its target: slow grows
+    # fast is over its target and can still grow: it grows, and so does slow.
+    d = b.decide({"fast": PoolLoad("fast", 1, 2.5, 300, 50.0, 1.0),
+                  "slow": PoolLoad("slow", 4, 9.0, 4000, 160.0, 1.0)}, now=1.0)  # fmt: skip
+    assert d.targets["fast"] == 2 and d.targets["slow"] == 6
+    # fast is over its target at its maximum: slow holds.
+    d = b.decide({"fast": PoolLoad("fast", 2, 2.5, 300, 50.0, 1.0),
+                  "slow": PoolLoad("slow", 6, 9.0, 4000, 240.0, 1.0)}, now=2.0)  # fmt: skip
+    assert d.targets["slow"] == 6
+    assert "held: fast (tighter target) is over its target" in d.reasons["slow"]

@@ -20,6 +20,9 @@ How a pool's need is estimated (``T`` = its ``target_wait_s``, else ``default_wa
   two cooldowns used: on average at 60 % use and at their busiest at 80 %. A steady
   load, noise included, stays inside the band between the two rules: nothing moves.
 
+Tighter targets first: while a pool with a tighter ``target_wait_s`` is over it (with
+jobs waiting) at its ``max_processes``, pools with looser or no targets do not grow.
+
 Bounds: each pool stays within ``[min_processes, max_processes]``; the pools together
 stay within ``budget``; when their needs add up to more, each gets its minimum and the
 rest is shared in proportion to their need above it (the measured load). A decision is
@@ -180,6 +183,22 @@ class Balancer:
             why[name] = reason
             if wanted[name] != need:
                 why[name] += f" (bounded to {wanted[name]})"
+        # Tighter targets first: while a pool with a tighter wait target is over it and
+        # cannot grow (at its maximum), pools with looser (or no) targets do not grow. On
+        # a host short of CPU more processes for one pool slow every other; the pool that
+        # promised less wait keeps it.
+        late = [
+            (lim.target_wait_s, n) for n, lim in self.limits.items()
+            if lim.target_wait_s is not None and n in loads and loads[n].backlog > 0
+            and (loads[n].wait_p95_s or 0.0) > lim.target_wait_s
+            and current[n] >= lim.max_processes
+        ]  # fmt: skip
+        for name, lim in self.limits.items():
+            mine = lim.target_wait_s if lim.target_wait_s is not None else math.inf
+            tighter = sorted(n for t, n in late if t < mine)
+            if tighter and wanted[name] > current[name]:
+                wanted[name] = max(lim.min_processes, current[name])
+                why[name] += f", held: {tighter[0]} (tighter target) is over its target"
         shared = self._share(wanted, needs)
         for name in wanted:
             if shared[name] < wanted[name]:
