@@ -268,9 +268,11 @@ def run_real(url: str, rounds: int, n: int) -> None:
         r0 = runs[0]
         print(f"\n{label}, round 1, per 5 s since the burst (all 5,000 dispatched at 0 s, so"
               " a job's wait is when it started):")
-        print("  slow p95 wait: " + ", ".join(f"{k}s:{v:.1f}" for k, v in r0["slow_p95_per5"].items()))
-        print("  slow jobs started: " + ", ".join(f"{k}s:{v}" for k, v in r0["slow_started_per5"].items()))
-        print("  slow processes (most): " + ", ".join(f"{k}s:{v}" for k, v in r0["slow_procs_per5"].items()))
+        for what, key, f in (("slow p95 wait", "slow_p95_per5", "{:.1f}"),
+                             ("slow jobs started", "slow_started_per5", "{}"),
+                             ("slow processes (most)", "slow_procs_per5", "{}")):  # fmt: skip
+            cells = ", ".join(f"{k}s:" + f.format(v) for k, v in r0[key].items())
+            print(f"  {what}: {cells}")
 
 
 # -- takeover ------------------------------------------------------------------------------

@@ -13,10 +13,12 @@ that grew and then shrank, or the reverse).
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from tidings.pools.balancer import Balancer, PoolLimits, PoolLoad
 
@@ -105,7 +107,7 @@ def _p95(samples: list[tuple[float, float]]) -> float | None:
 
 
 def _direction_changes(moves: list[int]) -> int:
-    return sum(1 for a, b in zip(moves, moves[1:], strict=False) if (a > 0) != (b > 0))
+    return sum(1 for a, b in itertools.pairwise(moves) if (a > 0) != (b > 0))
 
 
 def _set(st: _State, target: int, now: float) -> None:
@@ -154,8 +156,10 @@ def horizon_scale(states: dict[str, _State], max_total: int, min_p: int, max_shi
         _set(st, new, now)
 
 
-def simulate(pools: list[SimPool], arrivals: dict[str, list[float]], *, strategy: str,
-             max_total: int, cooldown_s: float = 3.0, max_shift: int = 1) -> dict[str, object]:  # fmt: skip
+def simulate(
+    pools: list[SimPool], arrivals: dict[str, list[float]], *, strategy: str,
+    max_total: int, cooldown_s: float = 3.0, max_shift: int = 1,
+) -> dict[str, Any]:  # fmt: skip
     """Run one balancer over the trace; figures per pool."""
     states = {p.name: _State(p, p.min_processes) for p in pools}
     balancer = Balancer(
@@ -218,7 +222,7 @@ def simulate(pools: list[SimPool], arrivals: dict[str, list[float]], *, strategy
                     st.window = []
                     st.started_window = 0.0
                     _set(st, d.targets[n], now)
-    out: dict[str, object] = {}
+    out: dict[str, Any] = {}
     for n, st in states.items():
         out[n] = {
             "p95_wait_s": _p95(st.waits) or 0.0,

@@ -72,8 +72,8 @@ def counts(children: dict[str, list[int]]) -> dict[str, int]:
 
 def supervise(spawn_proc: Callable[..., Proc], url: str, prefix: str, config: dict[str, Any],
               name: str = "sup") -> Proc:  # fmt: skip
-    env = {"POOLS_REDIS_URL": url, "POOLS_PREFIX": prefix, "POOLS_CONFIG": orjson.dumps(config).decode(),
-           "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    env = {"POOLS_REDIS_URL": url, "POOLS_PREFIX": prefix,
+           "POOLS_CONFIG": orjson.dumps(config).decode(), "PYTHONUNBUFFERED": "1"}  # fmt: skip
     cmd = python_cmd("-m", "tidings.cli", "supervise", "-A", "tests.e2e.pools_app:app",
                      "--grace", "5", "--interval", "0.5")  # fmt: skip
     return spawn_proc(cmd, name=name, extra_env=env, cwd=ROOT)
@@ -125,7 +125,8 @@ def test_burst_grows_the_pool_then_it_shrinks_back_and_no_job_is_lost(
         done = execs(redis_client, prefix)
         assert set(done.values()) == {1}, "a job ran twice or not at all"
         assert "retiring worker" in sup.output()
-        decisions = [orjson.loads(d) for d in redis_client.lrange(f"{prefix}:{{pools}}:decisions", 0, -1)]
+        logged = redis_client.lrange(f"{prefix}:{{pools}}:decisions", 0, -1)
+        decisions = [orjson.loads(d) for d in logged]
         assert any("slow: " in r and "+" in r for d in decisions for r in d["reasons"])
     finally:
         sup.terminate()

@@ -90,7 +90,8 @@ def test_the_dashboard_pools_page_shows_processes_and_reasons(
     redis_client.hset(f"{prefix}:stats:{{mail}}:{int(time.time() // 60)}",
                       mapping={"wn": 40, "wh10": 39})  # fmt: skip
     c.step({"mail": LocalPool(1, 1, 16), "default": LocalPool(1, 1, 0)}, time.time() + 2)
-    decisions = [orjson.loads(d) for d in redis_client.lrange(pools_key(prefix, "decisions"), 0, -1)]
+    logged = redis_client.lrange(pools_key(prefix, "decisions"), 0, -1)
+    decisions = [orjson.loads(d) for d in logged]
     assert decisions and "mail: p95 wait 5 s > target 1 s" in decisions[0]["reasons"][0]
 
     async def get() -> httpx.Response:

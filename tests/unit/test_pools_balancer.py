@@ -10,6 +10,7 @@ host's share goes to the hosts left.
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -51,10 +52,9 @@ def test_targets_stay_within_bounds_and_move_at_most_max_shift(
             assert lim.min_processes <= t <= lim.max_processes
             if inside:
                 assert abs(t - loads[lim.name].processes) <= shift
-        if budget >= sum(lim.min_processes for lim in LIMITS):
-            # The budget holds whenever the pools were within it before the decision.
-            if sum(min(max(ld.processes, 0), 99) for ld in loads.values()) <= budget:
-                assert sum(d.targets.values()) <= budget
+        # The budget holds whenever the pools were within it before the decision.
+        if sum(ld.processes for ld in loads.values()) <= budget:
+            assert sum(d.targets.values()) <= budget
 
 
 def test_within_the_cooldown_nothing_moves() -> None:
@@ -97,8 +97,8 @@ def _steady(n0: int, rate: float, noise: float, seconds: int) -> list[int]:
 
 
 def _direction_changes(series: list[int]) -> int:
-    moves = [b - a for a, b in zip(series, series[1:], strict=False) if b != a]
-    return sum(1 for x, y in zip(moves, moves[1:], strict=False) if (x > 0) != (y > 0))
+    moves = [b - a for a, b in itertools.pairwise(series) if b != a]
+    return sum(1 for x, y in itertools.pairwise(moves) if (x > 0) != (y > 0))
 
 
 @pytest.mark.parametrize("noise", [0.0, 0.1, 0.25])
