@@ -20,8 +20,9 @@ How a pool's need is estimated (``T`` = its ``target_wait_s``, else ``default_wa
   two cooldowns used: on average at 60 % use and at their busiest at 80 %. A steady
   load, noise included, stays inside the band between the two rules: nothing moves.
 
-Tighter targets first: while a pool with a tighter ``target_wait_s`` is over it (with
-jobs waiting) at its ``max_processes``, pools with looser or no targets do not grow.
+Tighter targets first: while a pool with a tighter ``target_wait_s`` is over it at its
+``max_processes``, pools with looser or no targets do not grow. (No backlog is asked
+for: a worker starved of CPU holds its jobs reserved, late, with its queue empty.)
 
 Bounds: each pool stays within ``[min_processes, max_processes]``; the pools together
 stay within ``budget``; when their needs add up to more, each gets its minimum and the
@@ -189,7 +190,7 @@ class Balancer:
         # promised less wait keeps it.
         late = [
             (lim.target_wait_s, n) for n, lim in self.limits.items()
-            if lim.target_wait_s is not None and n in loads and loads[n].backlog > 0
+            if lim.target_wait_s is not None and n in loads
             and (loads[n].wait_p95_s or 0.0) > lim.target_wait_s
             and current[n] >= lim.max_processes
         ]  # fmt: skip
