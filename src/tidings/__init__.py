@@ -37,6 +37,7 @@ from tidings.events.listener import Event, Listener, ShouldQueue, queued
 from tidings.jobs.backoff import Exponential
 from tidings.jobs.job import Job, PendingDispatch
 from tidings.jobs.limits import RateLimited, Skip, ThrottlesExceptions, WithoutOverlapping
+from tidings.pools.spec import Pool
 from tidings.wire.encryption import ShouldBeEncrypted
 from tidings.workflows.batch import batch
 from tidings.workflows.chain import chain
@@ -57,6 +58,7 @@ __all__ = [
     "Listener",
     "PayloadTooLarge",
     "PendingDispatch",
+    "Pool",
     "QueueUnavailable",
     "RateLimited",
     "ResultMissing",

@@ -19,7 +19,7 @@ from tidings import _current, after_commit
 from tidings._blocking import BlockingDispatchWarning as BlockingDispatchWarning
 from tidings._blocking import warn_blocking
 from tidings.config import Settings
-from tidings.errors import PayloadRejected
+from tidings.errors import ConfigurationError, PayloadRejected
 from tidings.events.call_queued import CallQueuedListener
 from tidings.events.dispatcher import Dispatcher, EventKey, ListenerLike, QueuedTarget
 from tidings.events.listener import QueuedFunction, set_current_dispatcher_provider
@@ -100,6 +100,21 @@ LEGACY_CLASS_PATHS = {
 }
 
 
+_POOL_KEYWORDS = ("pools", "max_processes", "balance", "cooldown_s", "max_shift", "lease_s")
+
+
+def _pools_config(options: dict[str, Any]) -> Any:
+    """Take the pool keywords out of ``options`` (:class:`tidings.pools.PoolsConfig`)."""
+    from tidings.pools.spec import Pool, PoolsConfig
+
+    given = {k: options.pop(k) for k in _POOL_KEYWORDS if k in options}
+    pools = tuple(given.pop("pools", ()) or ())
+    for p in pools:
+        if not isinstance(p, Pool):
+            raise ConfigurationError(f"App(pools=...): {p!r} is not a tidings.Pool")
+    return PoolsConfig(pools=pools, **given)
+
+
 class App:
     """A tidings application.
 
@@ -115,6 +130,8 @@ class App:
             else ``TIDINGS_HOME``, else ``.tidings`` beside the module (or script)
             that creates the App (``anchor`` names another directory to put it in).
         given_in: how errors name where ``options`` came from (``settings.TIDINGS``).
+        pools, max_processes, balance, cooldown_s, max_shift, lease_s: the worker pools
+            ``notify-worker supervise`` runs on a host (:mod:`tidings.pools`).
     """
 
     def __init__(
@@ -128,6 +145,7 @@ class App:
         **options: Any,
     ) -> None:
         package, caller_dir = _caller()
+        self.pools = _pools_config(options)
         self.settings = Settings.resolve(
             options,
             None if env else {},

@@ -34,6 +34,7 @@ PUBLIC: dict[str, set[str]] = {
         "Listener",
         "PayloadTooLarge",
         "PendingDispatch",
+        "Pool",
         "QueueUnavailable",
         "RateLimited",
         "SerializationError",

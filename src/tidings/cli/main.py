@@ -603,6 +603,52 @@ def failed_prune(ctx: click.Context, hours: float) -> None:
     )
 
 
+@main.command()
+@click.option("-A", "--app", "app_spec", default=None, help="The App as module:attribute.")
+@click.option(
+    "--grace", default=30.0, show_default=True, help="On SIGTERM, wait this long for jobs."
+)
+@click.option("--timeout", default=60.0, show_default=True, help="Default job timeout (s).")
+@click.option("--memory", default=0.0, help="A child exits with code 12 above this RSS (MB).")
+@click.option(
+    "--interval", default=1.0, show_default=True, help="Seconds between balancing steps."
+)
+@click.pass_context
+def supervise(ctx: click.Context, app_spec: str | None, grace: float, timeout: float,
+              memory: float, interval: float) -> None:  # fmt: skip
+    """Run the App's pools on this host, balanced by measured wait (see docs: pools)."""
+    from tidings.pools.coordination import Coordinator
+    from tidings.pools.supervise import PoolSupervisor
+    from tidings.redis.clients import sync_client
+
+    spec = app_spec or ctx.obj["app_spec"] or os.environ.get("TIDINGS_APP")
+    if not spec:
+        click.echo("notify-worker supervise: name the App with -A module:app (or TIDINGS_APP); "
+                   "its pools=[...] say what to run", err=True)  # fmt: skip
+        sys.exit(EXIT_CONFIG)
+    cli_observe.setup_logging(json_logs=False)
+    app = load_app(spec)
+    config = app.pools
+    if not config.pools:
+        click.echo(f"notify-worker supervise: {escape(spec)} declares no pools: give "
+                   "App(pools=[Pool(...)], ...)", err=True)  # fmt: skip
+        sys.exit(EXIT_CONFIG)
+    rq = app.queue_for(None)
+    client = sync_client(app.settings.redis_url, socket_timeout_s=2.0)
+    queues = {q for p in config.pools for q in p.queues}
+    ready = {q: (rq.keys(q).ready, rq.keys(q).prio) for q in queues}
+    coordinator = Coordinator(config, client, rq.prefix, ready)
+    extra = ["--grace", str(grace), "--timeout", str(timeout)]
+    if memory:
+        extra += ["--memory", str(memory)]
+    names = ", ".join(f"{p.name} ({','.join(p.queues)})" for p in config.pools)
+    what = f"supervising pools {names}; balance {config.balance}, at most {config.host_max}"
+    click.echo(escape(what) + f" processes on this host; Redis {reading(app)}")
+    sup = PoolSupervisor(config, spec, coordinator, extra_args=extra, grace_s=grace,
+                         timeout_s=timeout, interval_s=interval)  # fmt: skip
+    sys.exit(sup.run())
+
+
 main.add_command(make_batches_group(_app), "batches")
 main.add_command(make_groups_group(_app), "groups")
 cli_observe.register(main, _app)

@@ -239,7 +239,7 @@ def register(main: click.Group, load: Callable[[click.Context], Any]) -> None:
             click.echo("No live workers.")
             return
         click.echo(
-            f"{'host':<24} {'pid':>7} {'queues':<24} {'conc':>5} {'running':>7} "
+            f"{'host':<24} {'pid':>7} {'pool':<12} {'queues':<24} {'conc':>5} {'running':>7} "
             f"{'processed':>9} {'rss':>8} {'beat':>5}"
         )
         for b in beats:
@@ -247,7 +247,8 @@ def register(main: click.Group, load: Callable[[click.Context], Any]) -> None:
             queues = ",".join(str(q) for q in raw_queues) if isinstance(raw_queues, list) else ""
             nums = [_num(b.get(k)) for k in ("pid", "concurrency", "running", "processed")]
             click.echo(escape(
-                f"{str(b.get('host'))[:24]:<24} {nums[0]:>7} {queues[:24]:<24} "
+                f"{str(b.get('host'))[:24]:<24} {nums[0]:>7} {str(b.get('pool') or '-')[:12]:<12} "
+                f"{queues[:24]:<24} "
                 f"{nums[1]:>5} {nums[2]:>7} {nums[3]:>9} "
                 f"{_num(b.get('rss_mb')):>6}MB {_age(b.get('beat_at')):>5}"))  # fmt: skip
         click.echo(plural(len(beats), "live worker"))

@@ -269,6 +269,13 @@ class Reader:
     def workers(self) -> list[dict[str, Any]]:
         return metrics.live_workers(self.client, self.prefix)
 
+    def pools(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The pools' samples (processes per pool, every 5 s) and balancing decisions,
+        newest first (written by the pools' leader, :mod:`tidings.pools.coordination`)."""
+        from tidings.pools.coordination import read_history
+
+        return read_history(self.client, self.prefix)
+
     def failed_page(self, *, cls: str = "", text: str = "", after: str = "",
                     limit: int = FAILED_PAGE) -> FailedPage:  # fmt: skip
         """One page of failed jobs, newest first, filtered by class name and/or text.

@@ -177,6 +177,41 @@ class Dashboard:
     def workers(self, request: Request) -> HTMLResponse:
         return self.render(request, "workers.html", workers=self.reader.workers())
 
+    def pools(self, request: Request) -> HTMLResponse:
+        samples, decisions = self.reader.pools()
+        names: list[str] = []
+        for s in samples:
+            for name in s.get("processes", {}) if isinstance(s.get("processes"), dict) else {}:
+                if name not in names:
+                    names.append(str(name))
+        # One point a minute over the last hour: the most processes seen in that minute.
+        last = int(time.time() // 60)
+        minutes = list(range(last - 59, last + 1))
+        per: dict[str, list[float | None]] = {n: [None] * 60 for n in names}
+        for s in samples:
+            procs = s.get("processes")
+            at = s.get("at")
+            if not isinstance(procs, dict) or not isinstance(at, int | float):
+                continue
+            i = int(at // 60) - minutes[0]
+            if not 0 <= i < 60:
+                continue
+            for n in names:
+                v = procs.get(n)
+                if isinstance(v, int | float):
+                    cur = per[n][i]
+                    per[n][i] = float(v) if cur is None else max(cur, float(v))
+        chart = line_chart("processes per pool (most in each minute)", minutes,
+                           [(n, per[n]) for n in names]) if names else None  # fmt: skip
+        latest = samples[0] if samples else None
+        shown = [
+            {"at": d.get("at") if isinstance(d.get("at"), int | float) else None,
+             "reasons": [str(r) for r in d.get("reasons", []) if isinstance(r, str)][:20]}
+            for d in decisions[:100]
+        ]  # fmt: skip
+        return self.render(request, "pools.html", chart=chart, latest=latest, names=names,
+                           decisions=shown)  # fmt: skip
+
     def failed(self, request: Request) -> HTMLResponse:
         q = request.query_params
         cls, text = q.get("class", "")[:200], q.get("q", "")[:200]
@@ -379,6 +414,7 @@ def create_app(app: Any, *, auth: Auth | None = None) -> Starlette:
         # server decodes before routing).
         Route("/queues/{name:path}", d.queue, name="queue"),
         Route("/workers", d.workers, name="workers"),
+        Route("/pools", d.pools, name="pools"),
         Route("/failed", d.failed, name="failed"),
         Route("/failed/retry", d.retry, methods=["POST"]),
         Route("/failed/forget", d.forget, methods=["POST"]),

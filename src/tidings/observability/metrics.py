@@ -413,6 +413,7 @@ class Meter:
             "rss_mb": round(rss_mb(), 1),
             "version": self.version,
             "child": os.environ.get("TIDINGS_CHILD", ""),
+            "pool": os.environ.get("TIDINGS_POOL", ""),
         }
 
     def _commands(self, pipe: Any, now: float, *, beat: bool) -> None:
@@ -548,6 +549,7 @@ def _clean_beat(beat: dict[str, Any]) -> dict[str, Any]:
         "rss_mb": round(_float(beat.get("rss_mb")), 1),
         "version": str(beat.get("version", "")),
         "child": str(beat.get("child", "")),
+        "pool": str(beat.get("pool", "")),
     }
 
 

@@ -83,6 +83,18 @@ class _Child:
     restart_at: float = 0.0
     term_at: float | None = None
     done: bool = False
+    cmd: list[str] | None = None  # else the supervisor's
+    env: dict[str, str] | None = None  # added to the supervisor's environment
+    pool: str = ""
+    retiring: bool = False  # SIGTERMed to shrink its pool: not restarted, then dropped
+
+    def running(self) -> int:
+        """Jobs the child reported running in its heartbeat file (0 when unknown)."""
+        try:
+            parts = self.heartbeat.read_text().split(" ")
+        except OSError:
+            return 0
+        return int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else 0
 
 
 class Supervisor:
@@ -106,6 +118,10 @@ class Supervisor:
         self.restarts = 0
         # --once / --stop-when-empty children finish: exit 0 means done, not "restart me".
         self.finite = any(a in ("--once", "--stop-when-empty") for a in self.cmd)
+        self.preexec_fn: Any = None  # run in each child before exec (pools: die with us)
+
+    def tick(self, now: float) -> None:
+        """Called every loop turn (0.1 s); a subclass adds or retires children here."""
 
     def _start(self, child: _Child) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -113,11 +129,14 @@ class Supervisor:
         # TIDINGS_CHILD: the child prefixes its lines with its number and pid.
         env = {
             **os.environ,
+            **(child.env or {}),
             HEARTBEAT_ENV: str(child.heartbeat),
             "TIDINGS_CHILD": str(child.slot + 1),
             "TIDINGS_CHILDREN": str(len(self.children)),
         }
-        child.proc = subprocess.Popen(self.cmd, env=env)
+        child.proc = subprocess.Popen(
+            child.cmd or self.cmd, env=env, preexec_fn=self.preexec_fn
+        )
         child.started = time.monotonic()
         child.term_at = None
 
@@ -155,7 +174,8 @@ class Supervisor:
         except OSError:
             return  # not beating yet (still importing the app)
         wall = time.time()
-        state, _, since = beat.partition(" ")
+        state, _, rest = beat.partition(" ")
+        since = rest.partition(" ")[0]
         if state in ("stuck", "stopping"):
             # Finishing its other jobs (at most --grace), then it exits by itself.
             if wall - float(since or wall) > self.grace_s + KILL_MARGIN_S and child.term_at is None:
@@ -186,12 +206,12 @@ class Supervisor:
         signal.signal(signal.SIGUSR2, self._on_forward)
         signal.signal(signal.SIGCONT, self._on_forward)
         try:
-            for child in self.children:
+            for child in list(self.children):
                 self._start(child)
             while True:
                 now = time.monotonic()
                 alive = 0
-                for child in self.children:
+                for child in list(self.children):
                     if child.done:
                         continue
                     if child.proc is None:
@@ -204,6 +224,10 @@ class Supervisor:
                     if code is None:
                         alive += 1
                         self._watch(child, now)
+                    elif child.retiring:
+                        _log(f"worker {child.proc.pid} retired (exit {code})")
+                        child.proc = None
+                        self.children.remove(child)
                     elif self.stopping:
                         child.proc = None
                     elif self.finite and code == 0:
@@ -218,8 +242,11 @@ class Supervisor:
                         self._on_stop_signal(signal.SIGTERM, None)
                     else:
                         self._reap(child, code, now)
-                if (self.stopping or all(c.done for c in self.children)) and alive == 0:
+                finished = bool(self.children) and all(c.done for c in self.children)
+                if (self.stopping or finished) and alive == 0:
                     return self.exit_code
+                if not self.stopping:
+                    self.tick(now)
                 time.sleep(0.1)
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -245,7 +272,7 @@ async def _beat(worker: RunningWorker, path: Path) -> None:
 
     try:
         while True:
-            write(f"ok {time.time()}")
+            write(f"ok {time.time()} {worker.snapshot().running}")
             await asyncio.sleep(1.0)
     finally:
         # Cancelled as the worker starts to stop: it now drains (at most --grace).

@@ -102,3 +102,7 @@ DIGEST_ADD = _declare("digest_add")
 DIGEST_CLAIM = _declare("digest_claim")
 # -- Django's Tasks API (tidings.contrib.django.tasks): a task's record of failures -------
 DJTASK_RECORD = _declare("djtask_record")
+# -- worker pools across hosts: reports, the leader lease, the plan (tidings.pools) -----
+POOLS_REPORT = _declare("pools_report")
+POOLS_LEAD = _declare("pools_lead")
+POOLS_PLAN = _declare("pools_plan")
