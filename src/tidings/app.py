@@ -12,6 +12,7 @@ import logging
 import sys
 import types
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,6 +97,15 @@ def _register_secrets(settings: Settings) -> None:
 LEGACY_CLASS_PATHS = {
     "tidings.queue.chain:CallFunction": "tidings.workflows.chain:CallFunction",
 }
+
+
+@dataclass(slots=True)
+class _Group:
+    """Jobs of one ``dispatch_many`` bound for one connection, queue and delay: their
+    ``(id, envelope)`` items and, alongside, each one's priority."""
+
+    items: list[tuple[str, bytes]] = field(default_factory=list)
+    priorities: list[int] = field(default_factory=list)
 
 
 class App:
@@ -488,11 +498,13 @@ class App:
 
     def _grouped(
         self, jobs: Iterable[Job | PendingDispatch]
-    ) -> tuple[list[str | None], dict[Any, list[tuple[str, bytes]]], dict[int, GuardedPush]]:
+    ) -> tuple[list[str | None], dict[Any, _Group], dict[int, GuardedPush]]:
         ids: list[str | None] = []
-        groups: dict[Any, list[tuple[str, bytes]]] = {}
+        # One group per connection, queue and delay; priorities travel per job, so a
+        # batch of mixed priorities is still one round trip (push_priority.lua).
+        groups: dict[Any, _Group] = {}
         guarded: dict[int, GuardedPush] = {}  # position in ids -> unique/debounced push
-        held: dict[Any, list[tuple[str, bytes]]] = {}
+        held: dict[Any, _Group] = {}
         defer: after_commit.Deferrer | None = None
         for item in jobs:
             pending = item if isinstance(item, PendingDispatch) else PendingDispatch(item)
@@ -505,23 +517,29 @@ class App:
             later = self._deferrer(pending)
             target = groups if later is None else held
             defer = later or defer
-            key = (id(rq), rq, queue, delay, priority)
-            target.setdefault(key, []).append((job_id, envelope))
+            key = (id(rq), rq, queue, delay)
+            group = target.get(key)
+            if group is None:
+                group = target[key] = _Group()
+            group.items.append((job_id, envelope))
+            group.priorities.append(priority)
             ids.append(job_id)
         if defer is not None and held:
             defer(lambda: self._push_groups(held, 1000))
         return ids, groups, guarded
 
     @staticmethod
-    def _push_groups(groups: dict[Any, list[tuple[str, bytes]]], batch_size: int) -> None:
-        for (_, rq, queue, delay, priority), items in groups.items():
-            for start in range(0, len(items), batch_size):
-                rq.push(queue, items[start : start + batch_size], delay, priority)
+    def _push_groups(groups: dict[Any, _Group], batch_size: int) -> None:
+        for (_, rq, queue, delay), group in groups.items():
+            for start in range(0, len(group.items), batch_size):
+                end = start + batch_size
+                rq.push(queue, group.items[start:end], delay, group.priorities[start:end])
 
     def dispatch_many(
         self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000
     ) -> list[str]:
-        """Push many jobs, one round trip per batch per queue; returns the ids queued.
+        """Push many jobs, one round trip per batch per queue (whatever their
+        priorities); returns the ids queued.
 
         Every job is encoded before anything is pushed, so a SerializationError
         leaves the queues untouched. Unique and debounced jobs go through their checks
@@ -541,9 +559,12 @@ class App:
     ) -> list[str]:
         """Async twin of :meth:`dispatch_many`."""
         ids, groups, guarded = self._grouped(jobs)
-        for (_, rq, queue, delay, priority), items in groups.items():
-            for start in range(0, len(items), batch_size):
-                await rq.push_async(queue, items[start : start + batch_size], delay, priority)
+        for (_, rq, queue, delay), group in groups.items():
+            for start in range(0, len(group.items), batch_size):
+                end = start + batch_size
+                await rq.push_async(
+                    queue, group.items[start:end], delay, group.priorities[start:end]
+                )
         for at, push in guarded.items():
             ids[at] = await push.push_async()
         return [i for i in ids if i is not None]

@@ -293,6 +293,54 @@ def test_a_queue_without_priorities_keeps_the_fast_path(app: App, r: redis.Redis
     assert len(RUNS) == 6
 
 
+def script_calls(r: redis.Redis) -> int:
+    """Scripts Redis ran so far (EVALSHA and EVAL): one per round trip of a move."""
+    stats: Any = r.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+
+def test_dispatch_many_of_mixed_priorities_is_one_push_and_runs_in_order(
+    app: App, r: redis.Redis
+) -> None:
+    app.dispatch_many([Note("warm").with_priority(1)])  # scripts loaded
+    work(app)
+    RUNS.clear()
+    prios = [0, -10, 5, 50, 0, 5, 50, -100, 100, 0]
+    before = script_calls(r)
+    app.dispatch_many([Note(f"{p}/{i}").with_priority(p) for i, p in enumerate(prios)])
+    assert script_calls(r) - before == 1  # one round trip, not one per distinct priority
+    work(app)
+    expected = sorted(enumerate(prios), key=lambda ip: (-ip[1], ip[0]))
+    assert [t for (t,) in RUNS] == [f"{p}/{i}" for i, p in expected]
+
+
+def test_dispatch_many_delayed_mixed_priorities_is_one_push_and_keeps_them(
+    app: App, r: redis.Redis
+) -> None:
+    app.dispatch_many([Note("warm").delay(0.01).with_priority(1)])
+    work(app)
+    RUNS.clear()
+    before = script_calls(r)
+    app.dispatch_many([Note(f"d{p}").delay(0.2).with_priority(p) for p in (-5, 0, 70)])
+    assert script_calls(r) - before == 1
+    time.sleep(0.4)  # due: promoted by the first pop, each to where its priority says
+    Note("p0").dispatch()
+    work(app)
+    # d0 joins the ready list when promoted, behind p0 pushed before that pop.
+    assert [t for (t,) in RUNS] == ["d70", "p0", "d0", "d-5"]
+
+
+def test_batch_members_of_mixed_priorities_are_one_push(app: App, r: redis.Redis) -> None:
+    batch([Note("warm").with_priority(1)]).dispatch()
+    work(app)
+    RUNS.clear()
+    before = script_calls(r)
+    batch([Note("m-low").with_priority(-1), Note("m0"), Note("m-high").with_priority(9)]).dispatch()
+    assert script_calls(r) - before == 2  # the batch's create and one push of its members
+    work(app)
+    assert [t for (t,) in RUNS] == ["m-high", "m0", "m-low"]
+
+
 # -- results ---------------------------------------------------------------------------------
 
 

@@ -348,24 +348,43 @@ class RedisQueue:
     # -- producing -------------------------------------------------------------------
 
     def _push_move(
-        self, queue: str, items: Sequence[tuple[str, bytes]], delay_s: float, priority: int = 0
+        self,
+        queue: str,
+        items: Sequence[tuple[str, bytes]],
+        delay_s: float,
+        priority: int | Sequence[int] = 0,
     ) -> tuple[scripts.LuaScript, list[str], list[scripts.Arg]]:
-        """The script, keys and arguments of a push (``later`` when delayed,
-        ``push_priority`` for a priority other than 0)."""
+        """The script, keys and arguments of a push: ``later`` when delayed,
+        ``push_priority`` when a job has a priority other than 0 (``priority`` is one for
+        every item, or one per item), else ``push`` (the fast path)."""
         k = self.keys(queue)
         args: list[scripts.Arg] = []
-        for job_id, envelope in items:
-            args += (job_id, envelope)
+        if isinstance(priority, int):
+            if not priority and delay_s <= 0:
+                for job_id, envelope in items:
+                    args += (job_id, envelope)
+                return scripts.PUSH, [k.ready, k.notify, k.jobs, k.done, k.failed], args
+            priorities: Sequence[int] = [priority] * len(items)
+        else:
+            priorities = priority
+            if len(priorities) != len(items):
+                raise ValueError(f"{len(priorities)} priorities for {len(items)} jobs")
         if delay_s > 0:
+            for (job_id, envelope), p in zip(items, priorities, strict=True):
+                args += (job_id, p, envelope)
             return (
                 scripts.LATER,
                 [k.delayed, k.notify, k.jobs, k.done, k.failed, k.attempts, k.pseq],
-                [int(delay_s * 1000), priority, *args],
+                [int(delay_s * 1000), *args],
             )
-        if priority:
-            keys = [k.prio, k.notify, k.jobs, k.done, k.failed, k.attempts, k.pseq]
-            return scripts.PUSH_PRIORITY, keys, [priority, *args]
-        return scripts.PUSH, [k.ready, k.notify, k.jobs, k.done, k.failed], args
+        if not any(priorities):
+            for job_id, envelope in items:
+                args += (job_id, envelope)
+            return scripts.PUSH, [k.ready, k.notify, k.jobs, k.done, k.failed], args
+        for (job_id, envelope), p in zip(items, priorities, strict=True):
+            args += (job_id, p, envelope)
+        keys = [k.ready, k.notify, k.jobs, k.done, k.failed, k.attempts, k.prio, k.pseq]
+        return scripts.PUSH_PRIORITY, keys, args
 
     def _wait(self) -> list[int]:
         """The arguments of a confirmed push's ``WAIT``."""
@@ -376,9 +395,10 @@ class RedisQueue:
         queue: str,
         items: Sequence[tuple[str, bytes]],
         delay_s: float = 0.0,
-        priority: int = 0,
+        priority: int | Sequence[int] = 0,
     ) -> None:
-        """Push ``(id, envelope)`` items in one round trip, at ``priority`` (-100..100).
+        """Push ``(id, envelope)`` items in one round trip, at ``priority`` (-100..100;
+        one for all, or one per item: a batch of mixed priorities is still one call).
 
         Raises:
             QueueUnavailable: Redis could not be reached; nothing was written.
@@ -454,7 +474,7 @@ class RedisQueue:
         queue: str,
         items: Sequence[tuple[str, bytes]],
         delay_s: float = 0.0,
-        priority: int = 0,
+        priority: int | Sequence[int] = 0,
     ) -> None:
         """Async twin of :meth:`push`."""
         script, keys, args = self._push_move(queue, items, delay_s, priority)
