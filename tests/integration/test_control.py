@@ -341,6 +341,115 @@ def test_batch_members_of_mixed_priorities_are_one_push(app: App, r: redis.Redis
     assert [t for (t,) in RUNS] == ["m-high", "m0", "m-low"]
 
 
+@dataclass
+class OnlyOne(Job):
+    tag: str
+    unique_for = 30
+    priority = 60
+
+    def unique_id(self) -> str:
+        return self.tag
+
+    def handle(self) -> None:
+        RUNS.append((self.tag,))
+
+
+@dataclass
+class Settled(Job):
+    tag: str
+    debounce_for = 0.05
+
+    def unique_id(self) -> str:
+        return self.tag
+
+    def handle(self) -> None:
+        RUNS.append((self.tag,))
+
+
+@dataclass
+class AlwaysFails(Job):
+    tag: str
+    tries = 1
+
+    def handle(self) -> None:
+        RUNS.append((self.tag,))
+        raise RuntimeError("fails every time")
+
+
+def test_unique_jobs_keep_their_priority(app: App, r: redis.Redis) -> None:
+    Note("plain-0").dispatch()
+    assert OnlyOne("class-60").dispatch() is not None  # priority from the class
+    assert OnlyOne("with-90").with_priority(90).dispatch() is not None
+    assert OnlyOne("low").with_priority(-5).dispatch() is not None
+    assert OnlyOne("with-90").with_priority(90).dispatch() is None  # the duplicate
+    # dispatch_many's unique jobs too, and a delayed one
+    app.dispatch_many([OnlyOne("many-70").with_priority(70), Note("plain-1")])
+    OnlyOne("late-80").with_priority(80).delay(0.05).dispatch()
+    time.sleep(0.2)
+    work(app)
+    assert [t for (t,) in RUNS] == [
+        "with-90", "late-80", "many-70", "class-60", "plain-0", "plain-1", "low"
+    ]  # fmt: skip
+
+
+@dataclass
+class UniqueCompute(Job):
+    n: int
+    unique_for = 30
+    store_result = True
+
+    def unique_id(self) -> str:
+        return str(self.n)
+
+    def handle(self) -> int:
+        return self.n * 2
+
+
+def test_unique_jobs_keep_their_result(app: App) -> None:
+    kept = UniqueCompute(4).dispatch()
+    plain = OnlyOne("no-result").dispatch()
+    assert kept is not None and plain is not None
+    work(app)
+    assert app.result(kept, timeout_s=5) == 8
+    with pytest.raises(ResultMissing):
+        app.result(plain, timeout_s=1)
+
+
+def test_debounced_jobs_keep_their_priority(app: App, r: redis.Redis) -> None:
+    Settled("burst").with_priority(40).dispatch()
+    Settled("burst").with_priority(40).dispatch()  # replaces the first
+    Settled("sunk").with_priority(-40).dispatch()
+    time.sleep(0.2)  # both due; plain jobs pushed now are on the list before they move
+    for i in range(2):
+        Note(f"plain-{i}").dispatch()
+    work(app)
+    assert [t for (t,) in RUNS] == ["burst", "plain-0", "plain-1", "sunk"]
+    k = app.queue_for(None).keys("default")
+    assert r.hlen(k.attempts) == 0  # the replaced job left no priority behind
+
+
+def test_a_failed_job_retried_by_the_operator_comes_back_at_its_priority(
+    app: App, r: redis.Redis
+) -> None:
+    urgent = AlwaysFails("urgent").with_priority(80).dispatch()
+    sunk = AlwaysFails("sunk").with_priority(-80).dispatch()
+    work(app)
+    RUNS.clear()
+    for i in range(2):
+        Note(f"plain-{i}").dispatch()
+    rq = app.queue_for(None)
+    assert rq.retry([sunk, urgent]) == 2  # `notify-worker failed retry`, the dashboard's
+    assert rq.retry([sunk, urgent]) == 0  # sent twice: nothing more
+    work(app)
+    assert [t for (t,) in RUNS] == ["urgent", "plain-0", "plain-1", "sunk"]
+    # ... and failed again, retried again: still at its priority
+    RUNS.clear()
+    Note("plain-2").dispatch()
+    assert rq.retry(None) == 2
+    work(app)
+    assert [t for (t,) in RUNS] == ["urgent", "plain-2", "sunk"]
+
+
 # -- results ---------------------------------------------------------------------------------
 
 

@@ -685,6 +685,8 @@ class RedisQueue:
                     k.failed,
                     k.failed_info,
                     k.failed_body,
+                    k.prio,
+                    k.pseq,
                 ]
                 self._reopen_batch_members(k, chunk)
                 moved += int(scripts.RETRY.call(self.client, keys, list(chunk)))

@@ -180,6 +180,8 @@ class Settler:
             "queue": res.queue,
             "attempts": res.attempts,
         }
+        if body is not None and body.get("priority"):
+            info["priority"] = body["priority"]  # `failed retry` brings it back at it
         if body is not None:
             job = out.job
             await self._move(
