@@ -227,3 +227,22 @@ def test_progress_from_a_stale_holder_is_refused(rq: RedisQueue) -> None:
     stale = type(res)(res.id, res.queue, res.attempts, res.exceptions, res.envelope, res.token + 1)
     assert run(rq, lambda b: b.progress(k, stale, b'{"done":2}', 60000)) is False
     assert r.get(k.progress(res.id)) == b'{"done":1}'
+
+
+def test_a_release_after_the_lease_expired_takes_the_recovered_priority_copy_out(
+    rq: RedisQueue,
+) -> None:
+    """A's lease expired and a pop put its job of priority 30 back on the priority zset,
+    but nobody reserved it since (A's token still holds): A's release with a delay must
+    take that copy out, as it does a priority-0 job's copy on the ready list, or the job
+    runs again at once, skipping its backoff."""
+    k, r = k_of(rq), rq.client
+    job = envelope()
+    rq.push("default", [job], priority=30)
+    [a] = pop(rq, lease_s=0.05).jobs
+    time.sleep(0.15)
+    assert pop(rq, 0).jobs == []  # recovers the expired lease, reserves nothing
+    assert r.zscore(k.prio, job[0]) is not None  # the recovered copy, at priority 30
+    assert run(rq, lambda b: b.release(k, a, 60.0)) == 1  # A's token still holds
+    assert r.zscore(k.prio, job[0]) is None and r.zscore(k.delayed, job[0]) is not None
+    assert pop(rq).jobs == []  # nothing ready: the backoff holds

@@ -23,9 +23,11 @@ for _, field in ipairs({id, id .. ':e'}) do
   if v and (#v > 15 or not string.match(v, '^%-?%d+$')) then redis.call('HDEL', KEYS[6], field) end
 end
 if redis.call('ZREM', KEYS[3], id) == 0 then
-  -- The lease had expired and pop put the id back on the ready list (no one reserved it
-  -- since, or the token would differ): take that copy out, or it would skip the delay.
+  -- The lease had expired and pop put the id back on the ready list, or on the priority
+  -- zset for a job with a priority (no one reserved it since, or the token would
+  -- differ): take that copy out, or it would skip the delay.
   redis.call('LREM', KEYS[1], 0, id)
+  redis.call('ZREM', KEYS[8], id)
 end
 redis.call('HDEL', KEYS[6], id .. ':t')
 if ARGV[3] == '1' and tonumber(redis.call('HGET', KEYS[6], id) or '0') > 0 then
