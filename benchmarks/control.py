@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import multiprocessing
 import os
 import random
@@ -231,6 +232,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--samples", type=int, default=200, help="cancels and result waits")
     a = p.parse_args()
+    # Every drain starts a worker, and each would warn that the throwaway Redis has no
+    # persistence: said once here instead.
+    logging.getLogger("tidings.health").setLevel(logging.ERROR)
     with bench_redis() as server:
         print(f"redis {server.version}, {a.jobs} jobs a drain, medians of {a.rounds} rounds")
         run(server.url, a.jobs, a.rounds, a.samples)
