@@ -655,6 +655,34 @@ def test_a_running_sync_job_sees_cancelled_and_check_cancelled_stops_it(app: App
     assert RUNS == [("sync", "saw cancelled")]
 
 
+@dataclass
+class CancelledThenRaises(Job):
+    """Cancels itself, then raises before the worker heard the cancel: a cancel racing
+    the job's final failure (tries 1)."""
+
+    tag: str
+    tries = 1
+
+    async def handle(self) -> None:
+        RUNS.append((self.tag,))
+        assert self.job_id is not None
+        await App.current().acancel(self.job_id)
+        raise RuntimeError("fails right after its cancel")
+
+    def failed(self, exc: BaseException) -> None:
+        RUNS.append(("failed() called",))
+
+
+def test_a_cancel_that_lands_before_the_failure_is_recorded_wins(app: App, r: redis.Redis) -> None:
+    job_id = CancelledThenRaises("racer").dispatch()
+    assert job_id is not None
+    work(app)
+    k = app.queue_for(None).keys("default")
+    assert RUNS == [("racer",)]  # failed() not called
+    assert r.zscore(k.cancelled, job_id) is not None and r.zscore(k.failed, job_id) is None
+    assert app.job_status(job_id) == "cancelled"
+
+
 def test_cancelling_a_finished_job_changes_nothing_and_garbage_is_no_such_job(
     app: App,
 ) -> None:
