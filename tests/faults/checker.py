@@ -243,7 +243,9 @@ class _ResultWrites(threading.Thread):
                 # confirmation after the first is a reconnect (Redis restarted).
                 pubsub = client.pubsub()
                 pubsub.psubscribe(self.pattern)
-                confirmed = 0
+                # A new subscription after the first (the last one broke for good while
+                # Redis was down) may meet the AOF load too.
+                confirmed = 1 if self.ready.is_set() else 0
                 while not self.halt.is_set():
                     m = pubsub.get_message(timeout=0.2)
                     if m is None:
