@@ -8,7 +8,8 @@ pair is measured in interleaved rounds and the medians printed side by side:
 
 * drain of no-op jobs returning a small dict, results kept vs not (goal >= 0.85);
 * drain of a queue where every job has a random priority vs a plain queue (goal >= 0.8),
-  and the enqueue of the same (``dispatch_many``, batches of 1,000);
+  and the enqueue of the same (``dispatch_many``, batches of 1,000; its own
+  ``--enqueue-rounds``, 15 by default, alternating plain and random priorities);
 * cancel latency of a running async job: from ``app.cancel`` to the handler seeing
   ``CancelledError``, p50/p99 over 200 cancels (goal p99 <= 1 s);
 * ``app.result()`` wake-up after the job finished (its ack, which writes the result and
@@ -106,7 +107,7 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
-def run(url: str, jobs: int, rounds: int, samples: int = 200) -> None:
+def run(url: str, jobs: int, rounds: int, samples: int = 200, enqueue_rounds: int = 15) -> None:
     prefix = f"bench23-{os.getpid()}"
     app = App(env=False, redis_url=url, key=KEY,
               prefix=prefix, allowed_modules="benchmarks", metrics=False)  # fmt: skip
@@ -122,23 +123,37 @@ def run(url: str, jobs: int, rounds: int, samples: int = 200) -> None:
                 batch = [Plain(i).with_priority(rng.randint(-100, 100)) for i in range(jobs)]
             else:
                 batch = [Plain(i) for i in range(jobs)]
+            app.dispatch_many(batch)
+            res[case].append(jobs / drain(app))
+    # Enqueue alone, in more rounds (no drain between: cheap), alternating the two.
+    for _ in range(enqueue_rounds if jobs else 0):
+        for case in ("pe", "pp"):
+            delete_prefix(client, prefix)
+            if case == "pp":
+                batch = [Plain(i).with_priority(rng.randint(-100, 100)) for i in range(jobs)]
+            else:
+                batch = [Plain(i) for i in range(jobs)]
             t0 = time.perf_counter()
             app.dispatch_many(batch)
-            enq = time.perf_counter() - t0
-            if case == "plain":
-                res["pe"].append(jobs / enq)
-            elif case == "prio":
-                res["pp"].append(jobs / enq)
-            res[case].append(jobs / drain(app))
+            res[case].append(jobs / (time.perf_counter() - t0))
     med = {k: statistics.median(v) if v else 1.0 for k, v in res.items()}
+
+    def spread(case: str, base: str) -> str:
+        """The per-round ratios (each round's case over the same round's baseline)."""
+        rs = [c / b for c, b in zip(res[case], res[base], strict=False)]
+        return f"rounds {min(rs):.2f}..{max(rs):.2f}" if rs else ""
+
     print(f"drain, results not kept   {med['plain']:>10,.0f} jobs/s (baseline)")
     print(f"drain, results kept       {med['kept']:>10,.0f} jobs/s  "
-          f"ratio {med['kept'] / med['plain']:.2f} (goal >= 0.85)")  # fmt: skip
+          f"ratio {med['kept'] / med['plain']:.2f} (goal >= 0.85)  "
+          f"{spread('kept', 'plain')}")  # fmt: skip
     print(f"drain, random priorities  {med['prio']:>10,.0f} jobs/s  "
-          f"ratio {med['prio'] / med['plain']:.2f} (goal >= 0.8)")  # fmt: skip
+          f"ratio {med['prio'] / med['plain']:.2f} (goal >= 0.8)  "
+          f"{spread('prio', 'plain')}")  # fmt: skip
     print(f"enqueue, plain            {med['pe']:>10,.0f} jobs/s (baseline)")
     print(f"enqueue, random priority  {med['pp']:>10,.0f} jobs/s  "
-          f"ratio {med['pp'] / med['pe']:.2f} (goal >= 0.8)")  # fmt: skip
+          f"ratio {med['pp'] / med['pe']:.2f} (goal >= 0.8)  "
+          f"{spread('pp', 'pe')}")  # fmt: skip
 
     # -- cancel latency: one running async job at a time, 200 cancels -----------------------
     delete_prefix(client, prefix)
@@ -231,13 +246,15 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=5000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--samples", type=int, default=200, help="cancels and result waits")
+    p.add_argument("--enqueue-rounds", type=int, default=15, help="enqueue-only rounds")
     a = p.parse_args()
     # Every drain starts a worker, and each would warn that the throwaway Redis has no
     # persistence: said once here instead.
     logging.getLogger("tidings.health").setLevel(logging.ERROR)
     with bench_redis() as server:
-        print(f"redis {server.version}, {a.jobs} jobs a drain, medians of {a.rounds} rounds")
-        run(server.url, a.jobs, a.rounds, a.samples)
+        print(f"redis {server.version}, {a.jobs} jobs a drain, medians of {a.rounds} rounds "
+              f"({a.enqueue_rounds} for enqueue)")  # fmt: skip
+        run(server.url, a.jobs, a.rounds, a.samples, a.enqueue_rounds)
 
 
 if __name__ == "__main__":
