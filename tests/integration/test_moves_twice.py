@@ -17,9 +17,9 @@ import orjson
 import pytest
 
 from tests.integration.test_lua_scripts import envelope, held, k_of, pop, run
-from tidings.redis import scripts
 from tidings.moves.consume import Broker
 from tidings.moves.queues import RedisQueue
+from tidings.redis import scripts
 from tidings.redis.scripts import UNIQUE_PUSH
 
 
