@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/checker.py --seeds 1000           # seeds 1..1000
     .venv/bin/python benchmarks/checker.py --seed 417             # replay one seed
+    .venv/bin/python benchmarks/checker.py --control --seeds 300  # results, cancels,
+                                                                  # priorities (issue 23)
 
 A thin entry point to tests/faults/checker.py (read its docstring for the schedule and
 the invariants). Starts its own redis-servers on free loopback ports and stops them (and

@@ -12,6 +12,7 @@ import logging
 import sys
 import types
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -113,6 +114,16 @@ def _pools_config(options: dict[str, Any]) -> Any:
         if not isinstance(p, Pool):
             raise ConfigurationError(f"App(pools=...): {p!r} is not a tidings.Pool")
     return PoolsConfig(pools=pools, **given)
+
+
+@dataclass(slots=True)
+class _PushBatch:
+    """Jobs of one ``dispatch_many`` bound for one connection, queue, delay and fair
+    group: their ``(id, envelope)`` items and, alongside, each one's priority (a fair
+    group's jobs are batched by priority too: ``push_group`` takes one)."""
+
+    items: list[tuple[str, bytes]] = field(default_factory=list)
+    priorities: list[int] = field(default_factory=list)
 
 
 class App:
@@ -521,11 +532,13 @@ class App:
 
     def _grouped(
         self, jobs: Iterable[Job | PendingDispatch]
-    ) -> tuple[list[str | None], dict[Any, list[tuple[str, bytes]]], dict[int, GuardedPush]]:
+    ) -> tuple[list[str | None], dict[Any, _PushBatch], dict[int, GuardedPush]]:
         ids: list[str | None] = []
-        groups: dict[Any, list[tuple[str, bytes]]] = {}
+        # One group per connection, queue and delay; priorities travel per job, so a
+        # batch of mixed priorities is still one round trip (push_priority.lua).
+        groups: dict[Any, _PushBatch] = {}
         guarded: dict[int, GuardedPush] = {}  # position in ids -> unique/debounced push
-        held: dict[Any, list[tuple[str, bytes]]] = {}
+        held: dict[Any, _PushBatch] = {}
         defer: after_commit.Deferrer | None = None
         for item in jobs:
             pending = item if isinstance(item, PendingDispatch) else PendingDispatch(item)
@@ -540,23 +553,30 @@ class App:
             later = self._deferrer(pending)
             target = groups if later is None else held
             defer = later or defer
-            key = (id(rq), rq, queue, delay, priority, group)
-            target.setdefault(key, []).append((job_id, envelope))
+            key = (id(rq), rq, queue, delay, group, None if group is None else priority)
+            bucket = target.get(key)
+            if bucket is None:
+                bucket = target[key] = _PushBatch()
+            bucket.items.append((job_id, envelope))
+            bucket.priorities.append(priority)
             ids.append(job_id)
         if defer is not None and held:
             defer(lambda: self._push_groups(held, 1000))
         return ids, groups, guarded
 
     @staticmethod
-    def _push_groups(groups: dict[Any, list[tuple[str, bytes]]], batch_size: int) -> None:
-        for (_, rq, queue, delay, priority, group), items in groups.items():
-            for start in range(0, len(items), batch_size):
-                rq.push(queue, items[start : start + batch_size], delay, priority, group)
+    def _push_groups(groups: dict[Any, _PushBatch], batch_size: int) -> None:
+        for (_, rq, queue, delay, group, _p), bucket in groups.items():
+            for start in range(0, len(bucket.items), batch_size):
+                end = start + batch_size
+                items, priorities = bucket.items[start:end], bucket.priorities[start:end]
+                rq.push(queue, items, delay, priorities, group)
 
     def dispatch_many(
         self, jobs: Iterable[Job | PendingDispatch], *, batch_size: int = 1000
     ) -> list[str]:
-        """Push many jobs, one round trip per batch per queue; returns the ids queued.
+        """Push many jobs, one round trip per batch per queue (whatever their
+        priorities); returns the ids queued.
 
         Every job is encoded before anything is pushed, so a SerializationError
         leaves the queues untouched. Unique and debounced jobs go through their checks
@@ -576,11 +596,11 @@ class App:
     ) -> list[str]:
         """Async twin of :meth:`dispatch_many`."""
         ids, groups, guarded = self._grouped(jobs)
-        for (_, rq, queue, delay, priority, group), items in groups.items():
-            for start in range(0, len(items), batch_size):
-                await rq.push_async(
-                    queue, items[start : start + batch_size], delay, priority, group
-                )
+        for (_, rq, queue, delay, group, _p), bucket in groups.items():
+            for start in range(0, len(bucket.items), batch_size):
+                end = start + batch_size
+                items, priorities = bucket.items[start:end], bucket.priorities[start:end]
+                await rq.push_async(queue, items, delay, priorities, group)
         for at, push in guarded.items():
             ids[at] = await push.push_async()
         return [i for i in ids if i is not None]

@@ -39,9 +39,29 @@ to a separate Redis the faults never touch. :meth:`Checker.run_seed` then, for o
      ``finished_at``, ``catch`` after the final run of the member that failed;
    * no worker logged an internal error.
 
+``--control`` (issue 23) adds, from its own random stream: every job dispatched at a
+random priority (0 or -100..100); a third of the plain jobs keep a small result
+(``Kept``), a third also sleep 0.2-0.8 s (``Slow``, so they are often running); a
+canceller that, every few pushes, cancels a random job (waiting, running or finished,
+often a Slow one) through the proxy, re-sending a cancel whose reply was lost, and
+logs a marker in the run log once it returned; the cancel's reply among the replies
+the proxy may drop. Result writes are counted from Redis's keyspace notifications (SET
+of a result key, straight from the queue's Redis; the replay of the AOF after a
+restart is dropped). Checked per job id:
+
+   * it ends one way: done, failed or cancelled; cancelled only if a cancel was sent;
+   * no start after a cancel returned ``cancelled`` (it was waiting), at most the one
+     reserved run after ``cancelling`` (running), unless the job stalled or was retried;
+   * a job whose cancel returned ``cancelled`` or ``cancelling`` never ends failed (but
+     as "stalled" after a crash), and ``cancelled`` never ends done unless it stalled;
+   * a result is written at most once per completed run, only for a job that keeps
+     one and ended done, never for a failed or cancelled one; the stored value is the
+     one a run of that job returned (its argument and pid); a done job keeping a result
+     has exactly one write when no run of it stalled.
+
 ``python -m tests.faults.checker --seeds 1000`` (or ``benchmarks/checker.py``) runs a
 soak and prints the seed of any violation; ``--seed N`` replays one. The test suite runs
-a few seeds (tests/faults/test_checker.py).
+a few seeds (tests/faults/test_checker.py), three of them with ``--control``.
 """
 
 from __future__ import annotations
@@ -56,10 +76,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -73,10 +95,12 @@ from tests.faults.fault_app import (  # noqa: E402
     FailingMember,
     FirstRunFails,
     Flaky,
+    Kept,
     LongRec,
     Member,
     PoisonTwice,
     Rec,
+    Slow,
 )
 from tests.support import FaultProxy, RedisServer  # noqa: E402
 from tidings import App, Job, batch, chain  # noqa: E402
@@ -86,6 +110,7 @@ from tidings.jobs.job import PendingDispatch  # noqa: E402
 from tidings.moves.queues import RedisQueue  # noqa: E402
 from tidings.redis import scripts  # noqa: E402
 from tidings.redis.keys import BatchKeys  # noqa: E402
+from tidings.wire.results import open_result  # noqa: E402
 from tidings.workflows.batch import BatchInfo  # noqa: E402
 
 KEY = "checker-key-0123456789abcdef-0123456"
@@ -134,6 +159,11 @@ GIVE_UP_S = 2.0
 GIVE_UP_ENV = "TIDINGS_REDIS_GIVE_UP_S"
 JUNK = "junk"
 MAX_STALLS = 3
+# The control mode (issue 23), drawn from its own random stream: every job gets a random
+# priority, some keep a result (Kept, Slow), some run long enough to be cancelled while
+# they run (Slow), and a canceller cancels random jobs, waiting or running, with the
+# cancel's reply among the ones the proxy may drop.
+CANCEL_REPLIES = ("cancelled", "cancelling", "done", "failed", "cancelled already")
 
 
 def _text(value: bytes | str) -> str:
@@ -173,6 +203,91 @@ class _Sent:
     arg: str
     envelope: bytes
     flaky: bool
+    keeps: bool = False  # stores its result (control mode)
+    slow: bool = False  # runs long enough to be cancelled while it runs
+
+
+@dataclass
+class _Cancel:
+    """One cancel the canceller sent (re-sent with the same id after a lost reply):
+    its final reply, whether it was re-sent, and where its marker sits in the run log
+    (every start logged after it started after the cancel returned)."""
+
+    reply: str
+    resent: bool
+    marker: int = -1
+
+
+class _ResultWrites(threading.Thread):
+    """Counts the writes of result keys (keyspace notifications of SET, straight from
+    the queue's Redis, not through the proxy): a result is written at most once per
+    successful run, never for a failed or cancelled job. A reconnect (Redis restarted)
+    may miss some: ``gaps`` says so, and only "at most" is checked then. The replay of
+    the AOF after a restart is announced too: it is dropped, not counted."""
+
+    def __init__(self, host: str, port: int, pattern: str) -> None:
+        super().__init__(daemon=True, name="result-writes")
+        self.host, self.port, self.pattern = host, port, pattern
+        self.counts: dict[str, int] = {}
+        self.gaps = 0
+        self.ready = threading.Event()
+        self.halt = threading.Event()
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        probe = redis.Redis(host=self.host, port=self.port, socket_timeout=2)
+        while not self.halt.is_set():
+            client = redis.Redis(host=self.host, port=self.port, socket_timeout=2)
+            try:
+                # redis-py reconnects a PubSub on its own and subscribes again: each
+                # confirmation after the first is a reconnect (Redis restarted).
+                pubsub = client.pubsub()
+                pubsub.psubscribe(self.pattern)
+                # A new subscription after the first (the last one broke for good while
+                # Redis was down) may meet the AOF load too.
+                confirmed = 1 if self.ready.is_set() else 0
+                while not self.halt.is_set():
+                    m = pubsub.get_message(timeout=0.2)
+                    if m is None:
+                        continue
+                    if m.get("type") == "psubscribe":
+                        confirmed += 1
+                        if confirmed > 1:
+                            self._skip_replay(probe, pubsub)
+                        self.ready.set()
+                    elif m.get("type") == "pmessage" and m.get("data") == b"set":
+                        job_id = _text(m["channel"]).rsplit(":", 1)[1]
+                        with self.lock:
+                            self.counts[job_id] = self.counts.get(job_id, 0) + 1
+            except (redis.RedisError, OSError):
+                self.gaps += 1
+                time.sleep(0.05)
+            finally:
+                client.close()
+        probe.close()
+
+    def _skip_replay(self, probe: redis.Redis, pubsub: Any) -> None:
+        """Subscribed again while Redis loads its AOF: the replayed SETs are announced
+        like new ones. Wait for the load to end and drop what came meanwhile (a real
+        write in that time is missed: a gap)."""
+        self.gaps += 1
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if not probe.info("persistence").get("loading"):
+                    break
+            except (redis.RedisError, OSError):
+                pass
+            time.sleep(0.01)
+        while pubsub.get_message(timeout=0.05) is not None:
+            pass
+
+    def take(self) -> tuple[dict[str, int], int]:
+        """The counts and gaps since the last take."""
+        with self.lock:
+            counts, self.counts = self.counts, {}
+        gaps, self.gaps = self.gaps, 0
+        return counts, gaps
 
 
 class Checker:
@@ -188,12 +303,17 @@ class Checker:
         on_worker: Callable[[subprocess.Popen[bytes]], None] | None = None,
         state_faults: bool = False,
         groups: bool = False,
+        control: bool = False,
     ) -> None:
         self.workdir = workdir
         self.groups = groups
         self.state_faults = state_faults
+        self.control = control
         self.state_totals: dict[str, int] = {}
-        self.server = RedisServer(workdir / "queue")
+        # cancels sent, by final reply; results checked; result writes counted
+        self.control_totals: dict[str, int] = {}
+        extra = ["--notify-keyspace-events", "K$"] if control else []
+        self.server = RedisServer(workdir / "queue", extra_args=extra)
         self.server.start()
         self.proxy = FaultProxy(self.server.host, self.server.port)
         self.proxy.start()
@@ -201,6 +321,12 @@ class Checker:
         self.acct_prefix = f"{self.prefix}:acct"
         self.acct = redis.Redis.from_url(account_url)
         self.direct = RedisQueue(self.server.url, self.prefix)
+        self.writes: _ResultWrites | None = None
+        if control:
+            pattern = f"__keyspace@0__:{self.direct.keys('default').result('*')}"
+            self.writes = _ResultWrites(self.server.host, self.server.port, pattern)
+            self.writes.start()
+            self.writes.ready.wait(10)
         self.concurrency = concurrency
         self.on_worker = on_worker
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("TIDINGS_")}
@@ -270,6 +396,9 @@ class Checker:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)
+        if self.writes is not None:
+            self.writes.halt.set()
+            self.writes.join(5)
         self.app.close()
         self.direct.close()
         self.acct.close()
@@ -286,14 +415,14 @@ class Checker:
 
     def _push(self, job: Job | PendingDispatch, group: str | None = None) -> tuple[str, bytes]:
         pending = job if isinstance(job, PendingDispatch) else PendingDispatch(job)
-        queue, job_id, envelope, _, _ = prepare(
+        queue, job_id, envelope, _, priority = prepare(
             pending, self.app.signer, max_bytes=self.app.max_payload_bytes
         )
         rq = self.app.queue_for(None)
         deadline = time.monotonic() + 30
         while True:
             try:
-                rq.push(queue, [(job_id, envelope)], group=group)
+                rq.push(queue, [(job_id, envelope)], 0, priority, group)
                 return job_id, envelope
             except QueueUnavailable:
                 # The push may have landed: send the very same id and envelope again.
@@ -303,7 +432,13 @@ class Checker:
 
     def _load_scripts(self) -> None:
         client = self.direct.client
-        for script in (*KINDS.values(), *BATCH_KINDS.values(), scripts.PUSH_GROUP):
+        for script in (
+            *KINDS.values(),
+            *BATCH_KINDS.values(),
+            scripts.PUSH_GROUP,
+            scripts.CANCEL,
+            scripts.PUSH_PRIORITY,
+        ):
             client.script_load(script.source)
 
     def run_seed(self, seed: int) -> Outcome:
@@ -351,6 +486,12 @@ class Checker:
             self.app.groups.limit("g0", concurrency=1)
             if grng.random() < 0.7:
                 markers["push_group"] = scripts.PUSH_GROUP.sha.encode()
+        crng = random.Random(f"control {seed}")
+        if self.control and crng.random() < 0.7:
+            markers["cancel"] = scripts.CANCEL.sha.encode()
+        cancels: dict[str, _Cancel] = {}
+        if self.writes is not None:
+            self.writes.take()  # writes before this seed (none: its keys were flushed)
         self.proxy.drops = {}
         self.proxy.drop_replies(markers, rate=rate, seed=seed)
         jobs: list[tuple[str, str, bool]] = [(f"s{seed}r{i}", "", False) for i in range(n_rec)]
@@ -365,7 +506,12 @@ class Checker:
             self._state_prepare(state, seed, sent)
         t0 = time.monotonic()
         todo = list(jobs)
-        while todo or schedule or resume or state:
+        control_until = 1.6 if self.control else 0.0  # the canceller's time
+
+        def busy() -> bool:
+            return time.monotonic() - t0 < control_until
+
+        while todo or schedule or resume or state or busy():
             now = time.monotonic() - t0
             if state and now >= state_at:
                 self._state_fault(state, seed, affected, sent)
@@ -382,18 +528,36 @@ class Checker:
             for name, _, flaky in todo[:4]:
                 arg = f"{name}:{rng.getrandbits(32):08x}:é✓"
                 job: Job = Flaky(name, arg) if flaky else Rec(name, arg)
-                job_id, envelope = self._push(job, grng.choice(group_names))
-                sent[job_id] = _Sent(name, arg, envelope, flaky)
+                group = grng.choice(group_names)
+                if not self.control:
+                    job_id, envelope = self._push(job, group)
+                    sent[job_id] = _Sent(name, arg, envelope, flaky)
+                    continue
+                kind = crng.random()
+                if not flaky and kind < 0.35:
+                    job = Kept(name, arg)
+                elif not flaky and kind < 0.65:
+                    job = Slow(name, arg, round(crng.uniform(0.2, 0.8), 2))
+                priority = crng.choice((0, crng.randint(-100, 100)))
+                job_id, envelope = self._push(job.with_priority(priority), group)
+                keeps, slow = isinstance(job, Kept | Slow), isinstance(job, Slow)
+                sent[job_id] = _Sent(name, arg, envelope, flaky, keeps, slow)
             todo = todo[4:]
+            if self.control:
+                self._canceller(crng, sent, cancels)
             time.sleep(0.03)
         self._settle(sent, out)
         self.proxy.drop_replies({})
+        if self.control:
+            self._tally_cancels(cancels)
         if out.state:
             self._state_settle(out)
         retried = self._retry_one(sent, rng, out)
         time.sleep(0.3)  # the last log lines of the slowest run
         stalled = self._stalled_ids(log_sizes)
-        self._check(sent, affected, retried, out, stalled)
+        self._check(sent, affected, retried, out, stalled, cancels)
+        if self.control:
+            self._check_control(sent, cancels, affected, stalled, retried, out)
         # A lost reservation of a job that is not one of ours is a chain link's (their ids
         # are made inside the chain): the chains' run counts are waived then.
         batch_ids = {i for b in batches for i in (*b.member_ids, *b.callback_ids.values())}
@@ -480,12 +644,24 @@ class Checker:
             for i, job_id in enumerate(ids)
         }
 
+    def _cancelled(self, ids: list[str]) -> set[str]:
+        """The ids among ``ids`` in the queue's cancelled store."""
+        k = self.direct.keys("default")
+        pipe = self.direct.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.zscore(k.cancelled, job_id)
+        return {job_id for job_id, score in zip(ids, pipe.execute(), strict=True) if score}
+
     def _settle(self, sent: dict[str, _Sent], out: Outcome, timeout_s: float = 40.0) -> None:
         ids = list(sent)
         deadline = time.monotonic() + timeout_s
+        states: dict[str, tuple[bool, bool]] = {}
         while True:
             with contextlib.suppress(redis.RedisError):
                 states = self._states(ids)
+                if self.control:
+                    for job_id in self._cancelled(ids):
+                        states[job_id] = (True, True)  # settled, as cancelled
                 sizes = self.direct.sizes(["default"])["default"]
                 busy = sizes["ready"] + sizes["delayed"] + sizes["reserved"]
                 if busy == 0 and all(d or f for d, f in states.values()):
@@ -515,11 +691,16 @@ class Checker:
         retried: str | None,
         out: Outcome,
         stalled: set[str],
+        cancels: dict[str, _Cancel] | None = None,
     ) -> None:
         k = self.direct.keys("default")
+        cancels = cancels or {}
+        cancelled = self._cancelled(list(sent)) if self.control else set()
         runs: dict[str, list[tuple[int, str]]] = {}
         for line in self.acct.lrange(f"{self.acct_prefix}:log", 0, -1):
             name, pid, arg = _text(line).split(" ", 2)
+            if name.startswith("!"):
+                continue  # a canceller's marker (control mode)
             runs.setdefault(name, []).append((int(pid), arg))
         exec_counts = {
             _text(key): int(v) for key, v in self.acct.hgetall(f"{self.acct_prefix}:exec").items()
@@ -535,8 +716,13 @@ class Checker:
             where = f"{s.name} ({job_id})"
             if done and failed:
                 out.violations.append(f"{where} is both done and failed")
-            if not done and not failed:
+            if not done and not failed and job_id not in cancelled:
                 out.violations.append(f"{where} is neither done nor failed")
+            if job_id in cancels:
+                # A job a cancel was sent for: its runs and end are _check_control's.
+                if any(arg != s.arg for _, arg in mine):
+                    out.violations.append(f"{where} ran with other arguments")
+                continue
             if any(arg != s.arg for _, arg in mine):
                 out.violations.append(f"{where} ran with other arguments")
             if failed:
@@ -570,6 +756,154 @@ class Checker:
                     out.violations.append(f"{where} is done but never completed a run")
         if "internal error" in self.worker_logs():
             out.violations.append("a worker logged an internal error")
+
+    # -- control mode (issue 23): cancels, results, priorities --------------------------
+
+    def _canceller(
+        self, crng: random.Random, sent: dict[str, _Sent], cancels: dict[str, _Cancel]
+    ) -> None:
+        """Now and then cancel a random job not cancelled yet: half the time a Slow one
+        (often running), else any (often waiting, or finished already)."""
+        if crng.random() > 0.3:
+            return
+        todo = [i for i in sent if i not in cancels]
+        slow = [i for i in todo if sent[i].slow]
+        pool = slow if slow and crng.random() < 0.5 else todo
+        if pool:
+            job_id = crng.choice(sorted(pool))
+            self._cancel(job_id, sent[job_id].name, cancels)
+
+    def _cancel(self, job_id: str, name: str, cancels: dict[str, _Cancel]) -> None:
+        """``app.cancel`` through the proxy, re-sent with the same id after a lost reply
+        (as a careful canceller does: a cancel is safe to send twice); then a marker in
+        the run log, after which no start of a job cancelled while waiting may appear."""
+        deadline = time.monotonic() + 30
+        resent = False
+        while True:
+            try:
+                reply = str(self.app.cancel(job_id, queue="default"))
+                break
+            except QueueUnavailable:
+                if time.monotonic() > deadline:
+                    self.notes.append(f"cancel of {name} never answered")
+                    return
+                resent = True
+                time.sleep(0.05)
+        marker = int(self.acct.rpush(f"{self.acct_prefix}:log", f"!c:{name} 0 {reply}")) - 1
+        cancels[job_id] = _Cancel(reply, resent, marker)
+
+    def _tally_cancels(self, cancels: dict[str, _Cancel]) -> None:
+        for c in cancels.values():
+            key = f"cancel {c.reply}"
+            self.control_totals[key] = self.control_totals.get(key, 0) + 1
+            if c.resent:
+                self.control_totals["cancel re-sent"] = (
+                    self.control_totals.get("cancel re-sent", 0) + 1
+                )
+
+    def _check_control(
+        self,
+        sent: dict[str, _Sent],
+        cancels: dict[str, _Cancel],
+        affected: set[int],
+        stalled: set[str],
+        retried: str | None,
+        out: Outcome,
+    ) -> None:
+        """Per job id: one end (done, failed or cancelled); cancelled only after a cancel
+        was sent; no start after a cancel returned ``cancelled`` (it was waiting), at most
+        the one reserved run after ``cancelling``; a cancelled job never failed as an
+        error; a result written at most once per completed run, only by a job that keeps
+        one and ended done, never for a failed or cancelled one, and it is the value one
+        of the job's own runs returned."""
+        assert self.writes is not None
+        time.sleep(0.2)  # the last keyspace events
+        writes, gaps = self.writes.take()
+        k = self.direct.keys("default")
+        starts: dict[str, list[tuple[int, int]]] = {}
+        for pos, line in enumerate(self.acct.lrange(f"{self.acct_prefix}:log", 0, -1)):
+            name, pid, _ = _text(line).split(" ", 2)
+            starts.setdefault(name, []).append((pos, int(pid)))
+        exec_counts = self._acct("exec")
+        ids = list(sent)
+        states = self._states(ids)
+        cancelled = self._cancelled(ids)
+        client = self.direct.client
+        pipe = client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.get(k.result(job_id))
+        stored = dict(zip(ids, pipe.execute(), strict=True))
+        n_results = 0
+        for job_id, s in sent.items():
+            done, failed = states[job_id]
+            is_cancelled = job_id in cancelled
+            where = f"{s.name} ({job_id})"
+            mine = starts.get(s.name, [])
+            pids = {pid for _, pid in mine}
+            touched = EVERYONE in affected or job_id in stalled or bool(pids & affected)
+            ends = int(done) + int(failed) + int(is_cancelled)
+            if ends != 1:
+                out.violations.append(f"{where} ends {ends} ways (done/failed/cancelled)")
+            c = cancels.get(job_id)
+            if is_cancelled and c is None:
+                out.violations.append(f"{where} is cancelled, but no cancel was sent")
+            # Results.
+            n = writes.get(job_id, 0)
+            raw = stored[job_id]
+            n_results += n
+            completed = exec_counts.get(s.name, 0)
+            if n > completed:
+                out.violations.append(f"{where}: result written {n} times, {completed} runs ended")
+            if not s.keeps and (n or raw is not None):
+                out.violations.append(f"{where}: a result written for a job that keeps none")
+            if (failed or is_cancelled) and (n or raw is not None):
+                end = "failed" if failed else "cancelled"
+                out.violations.append(f"{where}: {end}, yet a result was written ({n} writes)")
+            if s.keeps and done and not failed:
+                if raw is None:
+                    out.violations.append(f"{where}: done and keeps its result, none stored")
+                else:
+                    value = open_result(
+                        raw, self.app.signer, queue="default", job_id=job_id,
+                        resolve=self.app.resolve_class,
+                    )  # fmt: skip
+                    if value.get("arg") != s.arg or value.get("pid") not in pids:
+                        out.violations.append(f"{where}: the stored result is no run's: {value}")
+                if not gaps and not n:
+                    out.violations.append(f"{where}: done, but no write of its result seen")
+                if not gaps and not touched and n != 1:
+                    out.violations.append(f"{where}: result written {n} times in one run")
+            if c is None:
+                continue
+            # Cancels.
+            late = [pid for pos, pid in mine if pos > c.marker and pid not in affected]
+            allowed = 1 if c.reply == "cancelling" else 0
+            if job_id == retried or job_id in stalled or EVERYONE in affected:
+                allowed = len(late)
+            if len(late) > allowed:
+                out.violations.append(
+                    f"{where}: started {len(late)} times after its cancel returned {c.reply!r}"
+                )
+            if c.reply in ("cancelled", "cancelling") and failed and job_id != retried:
+                info = self.direct.find_failed(job_id)
+                reason = info.exception.splitlines()[-1] if info else "?"
+                if not (touched and "stalled" in reason):
+                    out.violations.append(
+                        f"{where}: cancel returned {c.reply!r}, yet it failed: {reason[:160]}"
+                    )
+            if c.reply == "cancelled" and done and not touched:
+                out.violations.append(f"{where}: cancel returned 'cancelled', yet it ended done")
+            if c.reply == "cancelled already" and not is_cancelled:
+                out.violations.append(f"{where}: cancel said 'cancelled already', it is not")
+            if c.reply == "done" and not done:
+                out.violations.append(f"{where}: cancel said 'done', it is not")
+        self.control_totals["results written"] = (
+            self.control_totals.get("results written", 0) + n_results
+        )
+        if gaps:
+            self.control_totals["write-count gaps"] = (
+                self.control_totals.get("write-count gaps", 0) + gaps
+            )
 
     def _check_chains(
         self, seed: int, chains: dict[str, list[str]], affected: set[int], out: Outcome
@@ -1024,11 +1358,14 @@ def run_seeds(
     stop_on_violation: bool = False,
     state_faults: bool = False,
     groups: bool = False,
+    control: bool = False,
 ) -> list[Outcome]:
     """Run ``seeds`` on one Checker; prints one line a seed and every violation."""
     own = workdir is None
     wd = workdir or Path(tempfile.mkdtemp(prefix="tidings-checker-"))
-    checker = Checker(wd, account_url, state_faults=state_faults, groups=groups)
+    checker = Checker(
+        wd, account_url, state_faults=state_faults, groups=groups, control=control
+    )
     outcomes: list[Outcome] = []
     try:
         for seed in seeds:
@@ -1054,6 +1391,8 @@ def run_seeds(
         print_fn(f"batches checked {checker.batch_totals or '-'}")
         if state_faults:
             print_fn(f"state faults injected {dict(sorted(checker.state_totals.items()))}")
+        if control:
+            print_fn(f"control checked {dict(sorted(checker.control_totals.items()))}")
         checker.close()
         if own:
             shutil.rmtree(wd, ignore_errors=True)
@@ -1078,6 +1417,12 @@ def main(argv: list[str] | None = None) -> int:
         help="grouped producers: jobs in fair groups g0 (concurrency 1), g1, g2 or none, "
         "push_group replies dropped too",
     )
+    ap.add_argument(
+        "--control",
+        action="store_true",
+        help="results, cancels and priorities: random priorities, jobs keeping a result, "
+        "a canceller cancelling waiting and running jobs (its replies droppable too)",
+    )
     args = ap.parse_args(argv)
     seeds = args.seed or list(range(args.first, args.first + args.seeds))
     # SIGTERM ends the run through the finally blocks: every worker and server stopped.
@@ -1092,6 +1437,7 @@ def main(argv: list[str] | None = None) -> int:
             stop_on_violation=args.stop,
             state_faults=args.state_faults,
             groups=args.groups,
+            control=args.control,
         )
     finally:
         account.close()

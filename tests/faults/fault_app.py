@@ -363,3 +363,41 @@ class LongRec(Job):
         pipe.rpush(key("spans"), f"end {self.id} {os.getpid()}")
         pipe.hincrby(key("exec"), self.id, 1)
         await pipe.execute()
+
+
+# -- the checker's control mode (issue 23): results, cancels, priorities ----------------
+
+
+@dataclass
+class Kept(Job):
+    """As :class:`Rec` (logs ``id pid arg`` at each start, counts its completion), and
+    returns a small value the ack stores (``store_result``): the run's argument and pid,
+    so the checker can tell which run wrote the result."""
+
+    id: str
+    arg: str
+    store_result = True
+
+    async def handle(self) -> dict[str, Any]:
+        a = account()
+        await a.rpush(key("log"), f"{self.id} {os.getpid()} {self.arg}")
+        await a.hincrby(key("exec"), self.id, 1)
+        return {"arg": self.arg, "pid": os.getpid()}
+
+
+@dataclass
+class Slow(Job):
+    """:class:`Kept` that sleeps ``seconds`` between its start and its completion, so a
+    canceller finds it running."""
+
+    id: str
+    arg: str
+    seconds: float
+    store_result = True
+
+    async def handle(self) -> dict[str, Any]:
+        a = account()
+        await a.rpush(key("log"), f"{self.id} {os.getpid()} {self.arg}")
+        await asyncio.sleep(self.seconds)
+        await a.hincrby(key("exec"), self.id, 1)
+        return {"arg": self.arg, "pid": os.getpid()}

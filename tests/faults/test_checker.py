@@ -22,7 +22,8 @@ def _run(
     *,
     state_faults: bool = False,
     groups: bool = False,
-) -> None:
+    control: bool = False,
+) -> list[str]:
     lines: list[str] = []
     outcomes = run_seeds(
         seeds,
@@ -31,12 +32,14 @@ def _run(
         print_fn=lines.append,
         state_faults=state_faults,
         groups=groups,
+        control=control,
     )
     figure("fault-schedule checker\n" + "\n".join(lines))
     assert len(outcomes) == len(seeds)
     assert sum(o.jobs for o in outcomes) > 0
     assert [line for line in lines if "VIOLATION" in line or ": " in line[:14]] == []
     assert all(not o.violations for o in outcomes), "\n".join(lines)
+    return lines
 
 
 def test_a_few_seeds_hold_every_invariant(redis_url: str, tmp_path: Path) -> None:
@@ -75,3 +78,26 @@ def test_soak_many_seeds_with_faults_of_the_workers_own_state(
 ) -> None:
     n = int(os.environ.get("TIDINGS_CHECKER_SEEDS", "1000"))
     _run(list(range(1, n + 1)), redis_url, tmp_path, state_faults=True)
+
+
+# Results, cancels and priorities (issue 23): random priorities, jobs keeping a result, a
+# canceller of waiting and running jobs whose replies the proxy may drop (about 12 s).
+
+
+def test_a_few_seeds_hold_with_results_cancels_and_priorities(
+    redis_url: str, tmp_path: Path
+) -> None:
+    lines = _run([1, 2, 3], redis_url, tmp_path, control=True)
+    totals = next(line for line in lines if line.startswith("control checked"))
+    # The canceller met jobs waiting and running, and results were written and checked.
+    for what in ("cancel cancelled", "cancel cancelling", "results written"):
+        assert what in totals, totals
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(7200)
+def test_soak_many_seeds_with_results_cancels_and_priorities(
+    redis_url: str, tmp_path: Path
+) -> None:
+    n = int(os.environ.get("TIDINGS_CHECKER_SEEDS", "300"))
+    _run(list(range(1, n + 1)), redis_url, tmp_path, control=True)

@@ -293,6 +293,163 @@ def test_a_queue_without_priorities_keeps_the_fast_path(app: App, r: redis.Redis
     assert len(RUNS) == 6
 
 
+def script_calls(r: redis.Redis) -> int:
+    """Scripts Redis ran so far (EVALSHA and EVAL): one per round trip of a move."""
+    stats: Any = r.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+
+def test_dispatch_many_of_mixed_priorities_is_one_push_and_runs_in_order(
+    app: App, r: redis.Redis
+) -> None:
+    app.dispatch_many([Note("warm").with_priority(1)])  # scripts loaded
+    work(app)
+    RUNS.clear()
+    prios = [0, -10, 5, 50, 0, 5, 50, -100, 100, 0]
+    before = script_calls(r)
+    app.dispatch_many([Note(f"{p}/{i}").with_priority(p) for i, p in enumerate(prios)])
+    assert script_calls(r) - before == 1  # one round trip, not one per distinct priority
+    work(app)
+    expected = sorted(enumerate(prios), key=lambda ip: (-ip[1], ip[0]))
+    assert [t for (t,) in RUNS] == [f"{p}/{i}" for i, p in expected]
+
+
+def test_dispatch_many_delayed_mixed_priorities_is_one_push_and_keeps_them(
+    app: App, r: redis.Redis
+) -> None:
+    app.dispatch_many([Note("warm").delay(0.01).with_priority(1)])
+    work(app)
+    RUNS.clear()
+    before = script_calls(r)
+    app.dispatch_many([Note(f"d{p}").delay(0.2).with_priority(p) for p in (-5, 0, 70)])
+    assert script_calls(r) - before == 1
+    time.sleep(0.4)  # due: promoted by the first pop, each to where its priority says
+    Note("p0").dispatch()
+    work(app)
+    # d0 joins the ready list when promoted, behind p0 pushed before that pop.
+    assert [t for (t,) in RUNS] == ["d70", "p0", "d0", "d-5"]
+
+
+def test_batch_members_of_mixed_priorities_are_one_push(app: App, r: redis.Redis) -> None:
+    batch([Note("warm").with_priority(1)]).dispatch()
+    work(app)
+    RUNS.clear()
+    before = script_calls(r)
+    batch([Note("m-low").with_priority(-1), Note("m0"), Note("m-high").with_priority(9)]).dispatch()
+    assert script_calls(r) - before == 2  # the batch's create and one push of its members
+    work(app)
+    assert [t for (t,) in RUNS] == ["m-high", "m0", "m-low"]
+
+
+@dataclass
+class OnlyOne(Job):
+    tag: str
+    unique_for = 30
+    priority = 60
+
+    def unique_id(self) -> str:
+        return self.tag
+
+    def handle(self) -> None:
+        RUNS.append((self.tag,))
+
+
+@dataclass
+class Settled(Job):
+    tag: str
+    debounce_for = 0.05
+
+    def unique_id(self) -> str:
+        return self.tag
+
+    def handle(self) -> None:
+        RUNS.append((self.tag,))
+
+
+@dataclass
+class AlwaysFails(Job):
+    tag: str
+    tries = 1
+
+    def handle(self) -> None:
+        RUNS.append((self.tag,))
+        raise RuntimeError("fails every time")
+
+
+def test_unique_jobs_keep_their_priority(app: App, r: redis.Redis) -> None:
+    Note("plain-0").dispatch()
+    assert OnlyOne("class-60").dispatch() is not None  # priority from the class
+    assert OnlyOne("with-90").with_priority(90).dispatch() is not None
+    assert OnlyOne("low").with_priority(-5).dispatch() is not None
+    assert OnlyOne("with-90").with_priority(90).dispatch() is None  # the duplicate
+    # dispatch_many's unique jobs too, and a delayed one
+    app.dispatch_many([OnlyOne("many-70").with_priority(70), Note("plain-1")])
+    OnlyOne("late-80").with_priority(80).delay(0.05).dispatch()
+    time.sleep(0.2)
+    work(app)
+    assert [t for (t,) in RUNS] == [
+        "with-90", "late-80", "many-70", "class-60", "plain-0", "plain-1", "low"
+    ]  # fmt: skip
+
+
+@dataclass
+class UniqueCompute(Job):
+    n: int
+    unique_for = 30
+    store_result = True
+
+    def unique_id(self) -> str:
+        return str(self.n)
+
+    def handle(self) -> int:
+        return self.n * 2
+
+
+def test_unique_jobs_keep_their_result(app: App) -> None:
+    kept = UniqueCompute(4).dispatch()
+    plain = OnlyOne("no-result").dispatch()
+    assert kept is not None and plain is not None
+    work(app)
+    assert app.result(kept, timeout_s=5) == 8
+    with pytest.raises(ResultMissing):
+        app.result(plain, timeout_s=1)
+
+
+def test_debounced_jobs_keep_their_priority(app: App, r: redis.Redis) -> None:
+    Settled("burst").with_priority(40).dispatch()
+    Settled("burst").with_priority(40).dispatch()  # replaces the first
+    Settled("sunk").with_priority(-40).dispatch()
+    time.sleep(0.2)  # both due; plain jobs pushed now are on the list before they move
+    for i in range(2):
+        Note(f"plain-{i}").dispatch()
+    work(app)
+    assert [t for (t,) in RUNS] == ["burst", "plain-0", "plain-1", "sunk"]
+    k = app.queue_for(None).keys("default")
+    assert r.hlen(k.attempts) == 0  # the replaced job left no priority behind
+
+
+def test_a_failed_job_retried_by_the_operator_comes_back_at_its_priority(
+    app: App, r: redis.Redis
+) -> None:
+    urgent = AlwaysFails("urgent").with_priority(80).dispatch()
+    sunk = AlwaysFails("sunk").with_priority(-80).dispatch()
+    work(app)
+    RUNS.clear()
+    for i in range(2):
+        Note(f"plain-{i}").dispatch()
+    rq = app.queue_for(None)
+    assert rq.retry([sunk, urgent]) == 2  # `notify-worker failed retry`, the dashboard's
+    assert rq.retry([sunk, urgent]) == 0  # sent twice: nothing more
+    work(app)
+    assert [t for (t,) in RUNS] == ["urgent", "plain-0", "plain-1", "sunk"]
+    # ... and failed again, retried again: still at its priority
+    RUNS.clear()
+    Note("plain-2").dispatch()
+    assert rq.retry(None) == 2
+    work(app)
+    assert [t for (t,) in RUNS] == ["urgent", "plain-2", "sunk"]
+
+
 # -- results ---------------------------------------------------------------------------------
 
 
@@ -496,6 +653,34 @@ def test_a_running_sync_job_sees_cancelled_and_check_cancelled_stops_it(app: App
 
     work(app, until=cancel_once_started)
     assert RUNS == [("sync", "saw cancelled")]
+
+
+@dataclass
+class CancelledThenRaises(Job):
+    """Cancels itself, then raises before the worker heard the cancel: a cancel racing
+    the job's final failure (tries 1)."""
+
+    tag: str
+    tries = 1
+
+    async def handle(self) -> None:
+        RUNS.append((self.tag,))
+        assert self.job_id is not None
+        await App.current().acancel(self.job_id)
+        raise RuntimeError("fails right after its cancel")
+
+    def failed(self, exc: BaseException) -> None:
+        RUNS.append(("failed() called",))
+
+
+def test_a_cancel_that_lands_before_the_failure_is_recorded_wins(app: App, r: redis.Redis) -> None:
+    job_id = CancelledThenRaises("racer").dispatch()
+    assert job_id is not None
+    work(app)
+    k = app.queue_for(None).keys("default")
+    assert RUNS == [("racer",)]  # failed() not called
+    assert r.zscore(k.cancelled, job_id) is not None and r.zscore(k.failed, job_id) is None
+    assert app.job_status(job_id) == "cancelled"
 
 
 def test_cancelling_a_finished_job_changes_nothing_and_garbage_is_no_such_job(

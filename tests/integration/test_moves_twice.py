@@ -62,9 +62,9 @@ def test_later_twice_keeps_one_due_time(rq: RedisQueue) -> None:
     k, r = k_of(rq), rq.client
     job = envelope()
     keys = [k.delayed, k.notify, k.jobs, k.done, k.failed, k.attempts, k.pseq]
-    scripts.LATER.call(r, keys, [5000, 0, *job])
+    scripts.LATER.call(r, keys, [5000, job[0], 0, job[1]])
     due = r.zscore(k.delayed, job[0])
-    scripts.LATER.call(r, keys, [9000, 0, *job])
+    scripts.LATER.call(r, keys, [9000, job[0], 0, job[1]])
     assert r.zscore(k.delayed, job[0]) == due and r.zcard(k.delayed) == 1
 
 
@@ -186,11 +186,19 @@ def test_stalls_give_the_attempt_back_and_count_apart(rq: RedisQueue) -> None:
 
 def test_push_priority_twice_queues_once(rq: RedisQueue) -> None:
     k, r = k_of(rq), rq.client
-    job = envelope()
-    keys = [k.prio, k.notify, k.jobs, k.done, k.failed, k.attempts, k.pseq]
-    assert scripts.PUSH_PRIORITY.call(r, keys, [7, *job]) == 1
-    assert scripts.PUSH_PRIORITY.call(r, keys, [7, *job]) == 0
-    assert r.zcard(k.prio) == 1 and r.hget(k.attempts, f"{job[0]}:p") == b"7"
+    a, b, c = envelope(), envelope(), envelope()
+    keys = [k.ready, k.notify, k.jobs, k.done, k.failed, k.attempts, k.prio, k.pseq]
+    args = [a[0], 7, a[1], b[0], 0, b[1], c[0], -3, c[1]]
+    assert scripts.PUSH_PRIORITY.call(r, keys, args) == 3
+    seq = r.get(k.pseq)
+    assert scripts.PUSH_PRIORITY.call(r, keys, args) == 0
+    # Each job once, where its priority says; the re-send took no sequence numbers.
+    assert r.zrange(k.prio, 0, -1) == [a[0].encode(), c[0].encode()]
+    assert r.lrange(k.ready, 0, -1) == [b[0].encode()]
+    assert r.get(k.pseq) == seq == b"2"
+    assert r.hget(k.attempts, f"{a[0]}:p") == b"7" and r.hget(k.attempts, f"{c[0]}:p") == b"-3"
+    assert not r.hexists(k.attempts, f"{b[0]}:p")
+    assert [j.id for j in pop(rq, 3).jobs] == [a[0], b[0], c[0]]
 
 
 def test_cancel_twice_is_the_same_cancel(rq: RedisQueue) -> None:
@@ -231,3 +239,22 @@ def test_broadcast_publish_twice_adds_one_entry(rq: RedisQueue) -> None:
     assert first == second
     assert rq.client.xlen(keys[0]) == 1
     assert rq.client.hlen(keys[1]) == rq.client.llen(keys[2]) == 1  # no key per message
+
+
+def test_a_release_after_the_lease_expired_takes_the_recovered_priority_copy_out(
+    rq: RedisQueue,
+) -> None:
+    """A's lease expired and a pop put its job of priority 30 back on the priority zset,
+    but nobody reserved it since (A's token still holds): A's release with a delay must
+    take that copy out, as it does a priority-0 job's copy on the ready list, or the job
+    runs again at once, skipping its backoff."""
+    k, r = k_of(rq), rq.client
+    job = envelope()
+    rq.push("default", [job], priority=30)
+    [a] = pop(rq, lease_s=0.05).jobs
+    time.sleep(0.15)
+    assert pop(rq, 0).jobs == []  # recovers the expired lease, reserves nothing
+    assert r.zscore(k.prio, job[0]) is not None  # the recovered copy, at priority 30
+    assert run(rq, lambda b: b.release(k, a, 60.0)) == 1  # A's token still holds
+    assert r.zscore(k.prio, job[0]) is None and r.zscore(k.delayed, job[0]) is not None
+    assert pop(rq).jobs == []  # nothing ready: the backoff holds

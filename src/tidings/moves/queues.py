@@ -353,29 +353,53 @@ class RedisQueue:
         queue: str,
         items: Sequence[tuple[str, bytes]],
         delay_s: float,
-        priority: int = 0,
+        priority: int | Sequence[int] = 0,
         group: str | None = None,
     ) -> tuple[scripts.LuaScript, list[str], list[scripts.Arg]]:
-        """The script, keys and arguments of a push (``later`` when delayed,
-        ``push_priority`` for a priority other than 0, ``push_group`` for a fair group)."""
+        """The script, keys and arguments of a push: ``push_group`` for a fair group,
+        ``later`` when delayed, ``push_priority`` when a job has a priority other than 0
+        (``priority`` is one for every item, or one per item), else ``push`` (the fast
+        path). A grouped push takes one priority for all its items (callers group by it)."""
         k = self.keys(queue)
         args: list[scripts.Arg] = []
-        for job_id, envelope in items:
-            args += (job_id, envelope)
         if group is not None:  # fair groups (tidings.moves.groups)
+            if isinstance(priority, int):
+                one = priority
+            else:
+                one = priority[0] if priority else 0
+                if any(p != one for p in priority):
+                    raise ValueError("a grouped push takes one priority for all its jobs")
+            for job_id, envelope in items:
+                args += (job_id, envelope)
             keys = [k.jobs, k.done, k.failed, k.attempts, k.notify, k.delayed]
             keys += [k.gon, k.gring, k.gcfg, k.pseq]
-            return scripts.PUSH_GROUP, keys, [group, int(delay_s * 1000), priority, *args]
+            return scripts.PUSH_GROUP, keys, [group, int(delay_s * 1000), one, *args]
+        if isinstance(priority, int):
+            if not priority and delay_s <= 0:
+                for job_id, envelope in items:
+                    args += (job_id, envelope)
+                return scripts.PUSH, [k.ready, k.notify, k.jobs, k.done, k.failed], args
+            priorities: Sequence[int] = [priority] * len(items)
+        else:
+            priorities = priority
+            if len(priorities) != len(items):
+                raise ValueError(f"{len(priorities)} priorities for {len(items)} jobs")
         if delay_s > 0:
+            for (job_id, envelope), p in zip(items, priorities, strict=True):
+                args += (job_id, p, envelope)
             return (
                 scripts.LATER,
                 [k.delayed, k.notify, k.jobs, k.done, k.failed, k.attempts, k.pseq],
-                [int(delay_s * 1000), priority, *args],
+                [int(delay_s * 1000), *args],
             )
-        if priority:
-            keys = [k.prio, k.notify, k.jobs, k.done, k.failed, k.attempts, k.pseq]
-            return scripts.PUSH_PRIORITY, keys, [priority, *args]
-        return scripts.PUSH, [k.ready, k.notify, k.jobs, k.done, k.failed], args
+        if not any(priorities):
+            for job_id, envelope in items:
+                args += (job_id, envelope)
+            return scripts.PUSH, [k.ready, k.notify, k.jobs, k.done, k.failed], args
+        for (job_id, envelope), p in zip(items, priorities, strict=True):
+            args += (job_id, p, envelope)
+        keys = [k.ready, k.notify, k.jobs, k.done, k.failed, k.attempts, k.prio, k.pseq]
+        return scripts.PUSH_PRIORITY, keys, args
 
     def _wait(self) -> list[int]:
         """The arguments of a confirmed push's ``WAIT``."""
@@ -386,10 +410,11 @@ class RedisQueue:
         queue: str,
         items: Sequence[tuple[str, bytes]],
         delay_s: float = 0.0,
-        priority: int = 0,
+        priority: int | Sequence[int] = 0,
         group: str | None = None,
     ) -> None:
-        """Push ``(id, envelope)`` items in one round trip, at ``priority`` (-100..100).
+        """Push ``(id, envelope)`` items in one round trip, at ``priority`` (-100..100;
+        one for all, or one per item: a batch of mixed priorities is still one call).
 
         Raises:
             QueueUnavailable: Redis could not be reached; nothing was written.
@@ -465,7 +490,7 @@ class RedisQueue:
         queue: str,
         items: Sequence[tuple[str, bytes]],
         delay_s: float = 0.0,
-        priority: int = 0,
+        priority: int | Sequence[int] = 0,
         group: str | None = None,
     ) -> None:
         """Async twin of :meth:`push`."""
@@ -691,6 +716,8 @@ class RedisQueue:
                     k.failed,
                     k.failed_info,
                     k.failed_body,
+                    k.prio,
+                    k.pseq,
                 ]
                 self._reopen_batch_members(k, chunk)
                 moved += int(scripts.RETRY.call(self.client, keys, list(chunk)))

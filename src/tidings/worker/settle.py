@@ -163,6 +163,12 @@ class Settler:
         # for a job that was handed out again: check the token (and renew) first.
         if not await self.still_held(held, "its failure"):
             return
+        if held.reserved.cancelled and body is not None:
+            # app.cancel reached the job before its failure was recorded (the lease check
+            # just made reports the mark): a cancelled job is settled as cancelled, not
+            # failed; failed() and a chain's catch do not run.
+            await self._cancelled(held, Cancelled(body, ran=True))
+            return
         if out.job is not None:
             try:
                 # failed() sees self.job_id and self.attempts of the run that failed
@@ -180,6 +186,8 @@ class Settler:
             "queue": res.queue,
             "attempts": res.attempts,
         }
+        if body is not None and body.get("priority"):
+            info["priority"] = body["priority"]  # `failed retry` brings it back at it
         if body is not None:
             job = out.job
             await self._move(
@@ -253,6 +261,8 @@ class Settler:
             self.held.drop(held)
             self.report_lost(held, what)
             return False
+        if res.id in renewed.cancelled:
+            res.cancelled = True  # app.cancel marked it (a message on the way, or missed)
         return True
 
     def report_lost(self, held: HeldJob, what: str) -> None:

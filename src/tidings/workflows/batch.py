@@ -125,10 +125,16 @@ def _is_cluster(client: Any) -> bool:
     return isinstance(client, RedisCluster | AsyncRedisCluster)
 
 
-def _group(items: list[Pushed]) -> dict[tuple[str, float, int], list[tuple[str, bytes]]]:
-    groups: dict[tuple[str, float, int], list[tuple[str, bytes]]] = {}
+def _group(
+    items: list[Pushed],
+) -> dict[tuple[str, float], tuple[list[tuple[str, bytes]], list[int]]]:
+    """The members by queue and delay: their ``(id, envelope)`` items and, alongside,
+    their priorities (one push per group, whatever the priorities)."""
+    groups: dict[tuple[str, float], tuple[list[tuple[str, bytes]], list[int]]] = {}
     for queue, job_id, envelope, delay, priority in items:
-        groups.setdefault((queue, delay, priority), []).append((job_id, envelope))
+        pushes, priorities = groups.setdefault((queue, delay), ([], []))
+        pushes.append((job_id, envelope))
+        priorities.append(priority)
     return groups
 
 
@@ -206,8 +212,8 @@ class PendingBatch:
                 raw = scripts.BATCH_CREATE.call(rq.client, [k.info, k.members], args)
             else:
                 raw = scripts.BATCH_CREATE.call(rq.client, [k.info, k.members, index], args)
-        for (queue, delay, priority), group in _group(items).items():
-            rq.push(queue, group, delay, priority)
+        for (queue, delay), (group, priorities) in _group(items).items():
+            rq.push(queue, group, delay, priorities)
         for _, queue, envelope in _callbacks(raw):
             push_once(rq, queue, _envelope_id(envelope), envelope)
         return k.id
@@ -225,8 +231,8 @@ class PendingBatch:
                 raw = await scripts.BATCH_CREATE.acall(client, [k.info, k.members], args)
             else:
                 raw = await scripts.BATCH_CREATE.acall(client, [k.info, k.members, index], args)
-        for (queue, delay, priority), group in _group(items).items():
-            await rq.push_async(queue, group, delay, priority)
+        for (queue, delay), (group, priorities) in _group(items).items():
+            await rq.push_async(queue, group, delay, priorities)
         for _, queue, envelope in _callbacks(raw):
             await push_once_async(rq, queue, _envelope_id(envelope), envelope)
         return k.id

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings.hosts import AppHost, WorkflowHost
-from tidings.jobs.compose import build_body, default_delay, new_id
+from tidings.jobs.compose import build_body, default_delay, new_id, priority_of, result_options
 from tidings.jobs.job import Job, PendingDispatch, option
 from tidings.moves.queues import RedisQueue, unavailable_aguard, unavailable_guard
 from tidings.observability.lifecycle import JobQueued
@@ -105,9 +105,23 @@ def _prepare(app: AppHost, pending: PendingDispatch, guard: Guard) -> _Prepared:
     src = job.option_source()
     queue = str(pending.queue or option(src, "queue") or "default")
     delay = pending.delay_s if pending.delay_s is not None else default_delay(job)
+    priority = priority_of(pending)
     job_id = new_id()
     body = build_body(job, job_id, pending.chain)
     body["chainCatch"] = pending.catch
+    if priority:
+        body["priority"] = priority
+    else:
+        body.pop("priority", None)
+    s = app.settings
+    keep = result_options(
+        pending,
+        store_results=s.store_results,
+        result_ttl_s=s.result_ttl_s,
+        result_max_bytes=s.result_max_bytes,
+    )
+    if keep is not None:
+        body["result"], body["resultMaxBytes"] = keep
     conn = pending.connection or option(src, "connection")
     if guard.kind == "unique" and guard.until == "processing":
         body["unique"] = guard.name
@@ -119,16 +133,19 @@ def _prepare(app: AppHost, pending: PendingDispatch, guard: Guard) -> _Prepared:
     k = rq.keys(queue)
     if guard.kind == "debounce":
         keys = [k.delayed, k.notify, k.jobs, k.attempts, debounce_key(rq.prefix, queue, guard.name)]
+        keys.append(k.pseq)
         args: list[Arg] = [
             job_id,
             envelope,
             int(guard.window_s * 1000),
             int(guard.max_wait_s * 1000),
+            priority,
         ]
         return _Prepared(rq, queue, job_id, envelope, delay, scripts.DEBOUNCE_PUSH, keys, args)
     keys = [k.ready, k.delayed, k.notify, k.jobs, unique_key(rq.prefix, queue, guard.name)]
     keys += [k.done, k.failed]  # a re-sent push of a job that already ran is refused
-    args = [job_id, envelope, int(delay * 1000), max(1, int(guard.window_s * 1000))]
+    keys += [k.attempts, k.prio, k.pseq]
+    args = [job_id, envelope, int(delay * 1000), max(1, int(guard.window_s * 1000)), priority]
     return _Prepared(rq, queue, job_id, envelope, delay, scripts.UNIQUE_PUSH, keys, args)
 
 

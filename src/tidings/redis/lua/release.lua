@@ -42,9 +42,11 @@ local function group_back(id, g, p)
 end
 local g = groups_on and redis.call('HGET', KEYS[6], id .. ':g')
 if redis.call('ZREM', KEYS[3], id) == 0 then
-  -- The lease had expired and pop put the id back on the ready list (no one reserved it
-  -- since, or the token would differ): take that copy out, or it would skip the delay.
+  -- The lease had expired and pop put the id back on the ready list, or on the priority
+  -- zset for a job with a priority (no one reserved it since, or the token would
+  -- differ): take that copy out, or it would skip the delay.
   redis.call('LREM', KEYS[1], 0, id)
+  redis.call('ZREM', KEYS[8], id)
   if g then
     pcall(redis.call, 'LREM', gbase .. ':g:' .. g, 0, id)
     pcall(redis.call, 'ZREM', gbase .. ':gp:' .. g, id)
