@@ -68,11 +68,14 @@ local function group_ready(id, g, p, head)
   redis.call('SREM', gbase .. ':gr:' .. g, id)
   if p ~= 0 and p >= -100 and p <= 100 then
     local seq = redis.call('INCR', KEYS[14])
-    redis.call('ZADD', gbase .. ':gp:' .. g, string.format('%.0f', (100 - p) * STEP + seq), id)
+    redis.call('INCRBY', gbase .. ':gready',
+      redis.call('ZADD', gbase .. ':gp:' .. g, string.format('%.0f', (100 - p) * STEP + seq), id))
   elseif head then
     redis.call('LPUSH', gbase .. ':g:' .. g, id)
+    redis.call('INCR', gbase .. ':gready')
   else
     redis.call('RPUSH', gbase .. ':g:' .. g, id)
+    redis.call('INCR', gbase .. ':gready')
   end
   if not redis.call('ZSCORE', KEYS[16], g) and not redis.call('HGET', KEYS[17], 'p:' .. g) then
     to_tail(g)
@@ -280,6 +283,8 @@ local function group_take(g)
   end
   if not id then id = redis.call('LPOP', gl) end
   if not id then return nil, 'empty' end
+  -- The count of grouped ready ids goes with its last id (an emptied queue leaves no key).
+  if redis.call('DECR', gbase .. ':gready') <= 0 then redis.call('DEL', gbase .. ':gready') end
   if tat then
     local new_tat = tat + interval
     redis.call('SET', gbase .. ':gt:' .. g, string.format('%d', new_tat),
@@ -403,9 +408,11 @@ while n < max do
     -- Back to the head: the next pop hands it out by itself.
     if g then
       if score then
-        redis.call('ZADD', gbase .. ':gp:' .. g, string.format('%.0f', score), id)
+        redis.call('INCRBY', gbase .. ':gready',
+          redis.call('ZADD', gbase .. ':gp:' .. g, string.format('%.0f', score), id))
       else
         redis.call('LPUSH', gbase .. ':g:' .. g, id)
+        redis.call('INCR', gbase .. ':gready')
       end
       if not redis.call('ZSCORE', KEYS[16], g) then
         redis.call('ZADD', KEYS[16], 0, g)

@@ -52,6 +52,9 @@ for i = 4, #ARGV, 2 do
     end
   end
 end
+-- The queue's count of grouped ready jobs ({Q}:gready), kept beside every move of an id
+-- into or out of a group's ready keys, so `monitor` reads one key however many groups.
+if ready > 0 then redis.call('INCRBY', base .. ':gready', ready) end
 if ready > 0 and not redis.call('HGET', KEYS[9], 'p:' .. g)
   and not redis.call('ZSCORE', KEYS[8], g) then
   -- Into the ring at its tail: the group waits one turn of every other active group.

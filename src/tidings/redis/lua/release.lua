@@ -30,9 +30,11 @@ local groups_on = redis.call('EXISTS', gbase .. ':gon') == 1
 local function group_back(id, g, p)
   if p ~= 0 and p >= -100 and p <= 100 and redis.call('EXISTS', KEYS[9]) == 1 then
     local seq = redis.call('INCR', KEYS[9])
-    redis.call('ZADD', gbase .. ':gp:' .. g, string.format('%.0f', (100 - p) * 35184372088832 + seq), id)
+    redis.call('INCRBY', gbase .. ':gready', redis.call('ZADD', gbase .. ':gp:' .. g,
+      string.format('%.0f', (100 - p) * 35184372088832 + seq), id))
   else
     redis.call('RPUSH', gbase .. ':g:' .. g, id)
+    redis.call('INCR', gbase .. ':gready')
   end
   local ring = gbase .. ':gring'
   if not redis.call('ZSCORE', ring, g) and not redis.call('HGET', gbase .. ':gcfg', 'p:' .. g) then
@@ -46,8 +48,12 @@ if redis.call('ZREM', KEYS[3], id) == 0 then
   -- since, or the token would differ): take that copy out, or it would skip the delay.
   redis.call('LREM', KEYS[1], 0, id)
   if g then
-    pcall(redis.call, 'LREM', gbase .. ':g:' .. g, 0, id)
-    pcall(redis.call, 'ZREM', gbase .. ':gp:' .. g, id)
+    local ok1, a = pcall(redis.call, 'LREM', gbase .. ':g:' .. g, 0, id)
+    local ok2, b = pcall(redis.call, 'ZREM', gbase .. ':gp:' .. g, id)
+    local gone = (ok1 and tonumber(a) or 0) + (ok2 and tonumber(b) or 0)
+    if gone > 0 and redis.call('DECRBY', gbase .. ':gready', gone) <= 0 then
+      redis.call('DEL', gbase .. ':gready')
+    end
   end
 end
 if g then pcall(redis.call, 'SREM', gbase .. ':gr:' .. g, id) end

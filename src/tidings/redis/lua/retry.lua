@@ -8,6 +8,7 @@
 local n = 0
 local function regroup(id, g)
   redis.call('RPUSH', KEYS[1] .. ':g:' .. g, id)
+  redis.call('INCR', KEYS[1] .. ':gready')
   redis.call('HSET', KEYS[4], id .. ':g', g)
   local ring = KEYS[1] .. ':gring'
   if not redis.call('ZSCORE', ring, g) and not redis.call('HGET', KEYS[1] .. ':gcfg', 'p:' .. g) then
