@@ -188,7 +188,7 @@ def test_a_delayed_and_a_released_job_come_back_into_their_group(app: App, r: re
 def test_an_emptied_group_leaves_no_key_behind(app: App, r: redis.Redis) -> None:
     for g in range(200):
         Note(f"n{g}").on_group(f"tenant-{g}").dispatch()
-    assert len(group_keys(r, app)) == 200 + 1  # 200 lists and the ring
+    assert len(group_keys(r, app)) == 200 + 2  # 200 lists, the ring and the ready count
     work(app, concurrency=8)
     assert len(RUNS) == 200
     assert group_keys(r, app) == []
