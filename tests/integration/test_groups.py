@@ -234,6 +234,24 @@ def test_a_garbage_limit_is_reported_for_its_group_only(
     assert any("'odd'" in rec.getMessage() and "c:odd" in rec.getMessage() for rec in caplog.records)
 
 
+def test_limit_keeps_what_it_is_not_given_and_none_removes_it(app: App, r: redis.Redis) -> None:
+    cfg = keys(app).gcfg
+    app.groups.limit("acme", concurrency=2, rate="100/min", burst=3)
+    app.groups.limit("acme", concurrency=4)  # the rate stays
+    info = app.groups.show("acme")
+    assert (info.concurrency, r.hget(cfg, "r:acme")) == (4, b"600000 3")
+    app.groups.limit("acme", rate="60/s")  # the concurrency stays; burst 1 when not given
+    assert (app.groups.show("acme").concurrency, r.hget(cfg, "r:acme")) == (4, b"16667 1")
+    app.groups.limit("acme")  # nothing named: nothing changes
+    assert app.groups.show("acme").concurrency == 4 and r.hget(cfg, "r:acme") == b"16667 1"
+    app.groups.limit("acme", rate=None)
+    assert app.groups.show("acme").rate_per_s is None and app.groups.show("acme").concurrency == 4
+    app.groups.limit("acme", concurrency=None)
+    assert r.hlen(cfg) == 0
+    with pytest.raises(ValidationError, match="burst=.*rate="):
+        app.groups.limit("acme", burst=2)
+
+
 # -- scale and topologies ----------------------------------------------------------------
 
 
