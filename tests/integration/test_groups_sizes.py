@@ -56,9 +56,12 @@ def fill(app: App) -> None:
 def test_sizes_count_grouped_ready_jobs_paused_and_prioritised_too(app: App) -> None:
     fill(app)
     assert ready(app) == 7
+    job_id = Note("status").on_group("paused").dispatch()
+    assert app.queue_for(None).status(job_id, ["default"]) == "pending"
+    assert ready(app) == 8
     work(app)  # stop-when-empty: the paused group's job stays
     assert sorted(RUNS) == ["a0", "a1", "a2", "b0", "plain", "urgent"]
-    assert ready(app) == 1
+    assert ready(app) == 2
     app.groups.resume("paused")
     work(app)
     assert ready(app) == 0

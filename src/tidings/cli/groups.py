@@ -122,10 +122,10 @@ def make_group(load_app: Callable[[click.Context], Any]) -> click.Group:
         if no_rate and rate is not None:
             raise click.UsageError("give --rate R or --no-rate, not both")
         app = load_app(ctx)
-        conc: int | None | Keep = (
+        conc: int | Keep | None = (
             None if no_concurrency else KEEP if concurrency is None else concurrency
         )
-        spec: str | None | Keep = None if no_rate else KEEP if rate is None else rate
+        spec: str | Keep | None = None if no_rate else KEEP if rate is None else rate
         _call(lambda: app.groups.limit(name, concurrency=conc, rate=spec, burst=burst, queue=queue))
         i = _call(lambda: app.groups.show(name, queue=queue))
         click.echo(

@@ -141,8 +141,8 @@ class Groups:
         self,
         group: str,
         *,
-        concurrency: int | None | Keep = KEEP,
-        rate: str | float | None | Keep = KEEP,
+        concurrency: int | Keep | None = KEEP,
+        rate: str | float | Keep | None = KEEP,
         burst: int | None = None,
         queue: str | None = None,
     ) -> None:
