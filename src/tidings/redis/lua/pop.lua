@@ -88,7 +88,7 @@ local function group_ready(id, g, p, head)
   local turn = redis.call('ZSCORE', KEYS[16], g)
   local paused = redis.call('HGET', KEYS[17], 'p:' .. g)
   local prio = p ~= 0 and p >= -100 and p <= 100
-  local pseq = redis.call('GET', KEYS[14])
+  local pseq = prio and redis.call('GET', KEYS[14])
   if prio and pseq and not string.match(pseq, '^%-?%d+$') then
     error({err = 'priority sequence ' .. KEYS[14] .. ' is not an integer'})
   end
