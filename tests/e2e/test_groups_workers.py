@@ -88,6 +88,16 @@ def test_the_groups_cli_sets_limits_pauses_resumes_and_lists_escaped(e: Env) -> 
     e.cli("groups", "pause", "beta")
     shown = e.cli("groups", "show", "acme").stdout
     assert "ready:       3" in shown and "concurrency: 2" in shown and "120/min" in shown
+    # A limit not named keeps its value; --no-rate / --no-concurrency remove one.
+    said = e.cli("groups", "limit", "acme", "--concurrency", "3").stdout
+    assert "concurrency 3" in said and "120/min" in said
+    e.cli("groups", "limit", "acme", "--no-rate")
+    shown = e.cli("groups", "show", "acme").stdout
+    assert "concurrency: 3" in shown and "rate:        -" in shown
+    e.cli("groups", "limit", "acme", "--rate", "60/min")
+    shown = e.cli("groups", "show", "acme").stdout
+    assert "concurrency: 3" in shown and "60/min" in shown
+    assert e.cli("groups", "limit", "acme", "--burst", "3", check=False).returncode != 0
     listed = e.cli("groups", "list").stdout
     assert listed.index("acme") < listed.index("beta")  # the bigger backlog first
     assert "paused" in listed

@@ -37,7 +37,13 @@ to a separate Redis the faults never touch. :meth:`Checker.run_seed` then, for o
      unless a crash or freeze hit its run; ``then`` and ``finally`` started after every
      member's last run ended (one ordered event log) and not before the batch's
      ``finished_at``, ``catch`` after the final run of the member that failed;
-   * no worker logged an internal error.
+   * no worker logged an internal error;
+   * with ``--groups`` (fair groups, issue 25): no group key is left once every job
+     settled, and group g0's concurrency limit of 1 held during the faults: its jobs log
+     the start and end of every run (the accounting Redis's TIME) and no two runs
+     overlapped, unless one of them was on a worker killed or frozen in the seed, or
+     lost its reservation, or a Redis outage outlasted two thirds of the lease (the
+     exactly-once waivers; see :func:`g0_overlaps`).
 
 ``--control`` (issue 23) adds, from its own random stream: every job dispatched at a
 random priority (0 or -100..100); a third of the plain jobs keep a small result
@@ -165,6 +171,10 @@ MAX_STALLS = 3
 # cancel's reply among the ones the proxy may drop.
 CANCEL_REPLIES = ("cancelled", "cancelling", "done", "failed", "cancelled already")
 
+# How long a run of group g0 (concurrency 1) lasts in ``--groups`` mode: long enough that
+# two runs let through together would overlap in the spans the jobs log.
+HOLD_S = 0.03
+
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
@@ -181,6 +191,7 @@ class Outcome:
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
     state: str = ""
+    g0_runs: int = 0
 
 
 @dataclass
@@ -498,6 +509,7 @@ class Checker:
         jobs += [(f"s{seed}f{i}", "", True) for i in range(n_flaky)]
         rng.shuffle(jobs)
         sent: dict[str, _Sent] = {}
+        g0: dict[str, str] = {}  # job id -> name of the jobs of group g0 (concurrency 1)
         affected: set[int] = affected_set
         self.notes = []
         log_sizes = self._log_sizes()
@@ -527,11 +539,15 @@ class Checker:
                         proc.send_signal(signal.SIGCONT)
             for name, _, flaky in todo[:4]:
                 arg = f"{name}:{rng.getrandbits(32):08x}:é✓"
-                job: Job = Flaky(name, arg) if flaky else Rec(name, arg)
                 group = grng.choice(group_names)
+                # g0's runs last HOLD_S and log their spans: no two may overlap (below).
+                hold = HOLD_S if group == "g0" else 0.0
+                job: Job = Flaky(name, arg, hold) if flaky else Rec(name, arg, hold)
                 if not self.control:
                     job_id, envelope = self._push(job, group)
                     sent[job_id] = _Sent(name, arg, envelope, flaky)
+                    if group == "g0":
+                        g0[job_id] = name
                     continue
                 kind = crng.random()
                 if not flaky and kind < 0.35:
@@ -542,6 +558,8 @@ class Checker:
                 job_id, envelope = self._push(job.with_priority(priority), group)
                 keeps, slow = isinstance(job, Kept | Slow), isinstance(job, Slow)
                 sent[job_id] = _Sent(name, arg, envelope, flaky, keeps, slow)
+                if group == "g0" and not keeps:  # Kept and Slow log no spans
+                    g0[job_id] = name
             todo = todo[4:]
             if self.control:
                 self._canceller(crng, sent, cancels)
@@ -573,6 +591,7 @@ class Checker:
             )
             if left or self.direct.client.zcard(k.gring):
                 out.violations.append(f"group keys left after every job settled: {left}")
+            self._check_group_limit(g0, affected, stalled, out)
         if out.state:
             self._check_state(out.state, sent, out, log_sizes, affected, stalled)
             self.state_totals[out.state] = self.state_totals.get(out.state, 0) + 1
@@ -905,6 +924,21 @@ class Checker:
                 self.control_totals.get("write-count gaps", 0) + gaps
             )
 
+    def _check_group_limit(
+        self, g0: dict[str, str], affected: set[int], stalled: set[str], out: Outcome
+    ) -> None:
+        """Group g0's concurrency limit of 1 held during the faults: no two of its runs
+        overlapped (:func:`g0_overlaps`)."""
+        raw = [_text(line) for line in self.acct.lrange(f"{self.acct_prefix}:gspans", 0, -1)]
+        spans = parse_spans(raw)
+        stalled_names = {g0[i] for i in stalled if i in g0}
+        out.g0_runs = len(spans)
+        for a, b in g0_overlaps(spans, affected, stalled_names):
+            out.violations.append(
+                f"group g0 (concurrency 1) ran two jobs at once: {a.name} (pid {a.pid}, "
+                f"{a.start_us}..{a.end_us}) and {b.name} (pid {b.pid}, {b.start_us}..{b.end_us})"
+            )
+
     def _check_chains(
         self, seed: int, chains: dict[str, list[str]], affected: set[int], out: Outcome
     ) -> None:
@@ -1131,7 +1165,7 @@ class Checker:
                 )
 
     def _reset_state(self, sent: dict[str, _Sent]) -> None:
-        names = ("log", "exec", "blog", "spans", "started", "hooks")
+        names = ("log", "exec", "blog", "spans", "gspans", "started", "hooks")
         self.acct.delete(*(f"{self.acct_prefix}:{n}" for n in names))
         if self.state_faults:
             self.direct.client.delete(*_junk_keys(self.direct.keys(JUNK)))
@@ -1343,6 +1377,59 @@ class Checker:
                 out.violations.append(f"poison: ran {runs} times (max {1 + MAX_STALLS})")
 
 
+@dataclass(frozen=True)
+class Span:
+    """One run of a job of group g0 as the job logged it (fault_app ``gspans``): µs on
+    the accounting Redis's clock; ``end_us`` None when the run never ended (its worker
+    was killed, or is frozen still)."""
+
+    name: str
+    pid: int
+    start_us: int
+    end_us: int | None
+
+
+def parse_spans(lines: list[str]) -> list[Span]:
+    """Pair the ``start``/``end`` lines of ``gspans`` by run token."""
+    starts: dict[str, tuple[str, int, int]] = {}
+    ends: dict[str, int] = {}
+    for line in lines:
+        event, name, pid, token, at = line.split(" ")
+        if event == "start":
+            starts[token] = (name, int(pid), int(at))
+        else:
+            ends[token] = int(at)
+    return sorted(
+        (Span(name, pid, at, ends.get(token)) for token, (name, pid, at) in starts.items()),
+        key=lambda s: s.start_us,
+    )
+
+
+def g0_overlaps(
+    spans: list[Span], affected: set[int], stalled: set[str]
+) -> list[tuple[Span, Span]]:
+    """Pairs of runs of a concurrency-1 group that overlapped and are not waived.
+
+    Waived, as the exactly-once checks waive a second run: a pair where either run was on
+    a worker killed or SIGSTOPped in this seed (its pid in ``affected``: the group's slot
+    comes back when that run's lease ends, while the frozen run may still go on, or the
+    killed one never logged its end), or whose job's worker logged its reservation lost
+    (``stalled``: the lease ended under it), or any pair when a Redis outage outlasted
+    two thirds of the lease (``EVERYONE``: every lease may have ended). A run with no end
+    overlaps every later run."""
+    if EVERYONE in affected:
+        return []
+    found = []
+    for i, a in enumerate(spans):
+        for b in spans[i + 1 :]:
+            if a.end_us is not None and b.start_us >= a.end_us:
+                continue
+            waived = {a.pid, b.pid} & affected or {a.name, b.name} & stalled
+            if not waived:
+                found.append((a, b))
+    return found
+
+
 def _junk_keys(k: object) -> list[str]:
     names = ("ready", "delayed", "reserved", "notify", "jobs", "attempts", "done", "failed")
     names += ("failed_info", "failed_body", "tokens")
@@ -1376,6 +1463,7 @@ def run_seeds(
                 f"seed {seed:6d}  {status}  jobs {o.jobs:3d}  {o.seconds:5.2f}s  "
                 f"faults {','.join(o.faults) or '-'}  drops {o.drops or '-'}"
                 + (f"  state {o.state}" if o.state else "")
+                + (f"  g0 runs {o.g0_runs}" if groups else "")
             )
             for v in o.violations:
                 print_fn(f"  seed {seed}: {v}")

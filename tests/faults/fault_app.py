@@ -11,6 +11,8 @@ measures the queue, not the accounting. Recording keys, under ``<account prefix>
     start_ms  hash id -> Redis TIME (ms, on the *queue's* Redis) at the last start
     pid       hash id -> pid of the worker that last started it
     released  hash id -> Redis TIME (ms, queue's Redis) when it released itself
+    gspans    list of ``start|end name pid token µs`` of the runs of the checker's jobs of
+              group g0 (``hold`` > 0; µs: the *accounting* Redis's TIME)
     blog      list of ``event name pid ms job_id`` (the checker's batches: :class:`Member`,
               :class:`FailingMember`, :class:`Callback`); ``ms`` is the *accounting*
               Redis's TIME, and the list's order is the order the events happened in
@@ -67,6 +69,31 @@ def account() -> redis.asyncio.Redis:
 async def _queue_time_ms() -> int:
     s, us = await App.current().queue_for(None).aclient().time()
     return int(s) * 1000 + int(us) // 1000
+
+
+async def _span_start(job: str, hold: float) -> str:
+    """With ``hold`` > 0 (the checker's jobs of group g0, issue 25): append
+    ``start <id> <pid> <token> <µs>`` to ``gspans`` (µs: the accounting Redis's TIME, one
+    clock for every worker); returns the run's token ("" when not recording)."""
+    if hold <= 0:
+        return ""
+    token = os.urandom(6).hex()
+    a = account()
+    s, us = await a.time()
+    await a.rpush(
+        key("gspans"), f"start {job} {os.getpid()} {token} {int(s) * 1_000_000 + int(us)}"
+    )
+    return token
+
+
+async def _span_end(job: str, token: str) -> None:
+    """``end <id> <pid> <token> <µs>`` of a run :func:`_span_start` recorded."""
+    if token:
+        a = account()
+        s, us = await a.time()
+        await a.rpush(
+            key("gspans"), f"end {job} {os.getpid()} {token} {int(s) * 1_000_000 + int(us)}"
+        )
 
 
 @dataclass
@@ -161,11 +188,16 @@ class Rec(Job):
 
     id: str
     arg: str
+    hold: float = 0.0
 
     async def handle(self) -> None:
         a = account()
+        token = await _span_start(self.id, self.hold)
         await a.rpush(key("log"), f"{self.id} {os.getpid()} {self.arg}")
+        if self.hold > 0:
+            await asyncio.sleep(self.hold)
         await a.hincrby(key("exec"), self.id, 1)
+        await _span_end(self.id, token)
 
 
 @dataclass
@@ -174,10 +206,15 @@ class Flaky(Job):
 
     id: str
     arg: str
+    hold: float = 0.0
     tries = 3
 
     async def handle(self) -> None:
+        token = await _span_start(self.id, self.hold)
         await account().rpush(key("log"), f"{self.id} {os.getpid()} {self.arg}")
+        if self.hold > 0:
+            await asyncio.sleep(self.hold)
+        await _span_end(self.id, token)
         raise RuntimeError(f"flaky {self.id}")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.checker import run_seeds
+from tests.faults.checker import EVERYONE, Span, g0_overlaps, parse_spans, run_seeds
 from tests.faults.conftest import figure
 
 pytestmark = pytest.mark.timeout(240)
@@ -48,8 +48,30 @@ def test_a_few_seeds_hold_every_invariant(redis_url: str, tmp_path: Path) -> Non
 
 def test_a_few_seeds_hold_with_grouped_producers(redis_url: str, tmp_path: Path) -> None:
     # Fair groups (issue 25): jobs in groups (one at concurrency 1), push_group's replies
-    # dropped, the same faults; no group slot or list left once every job settled.
+    # dropped, the same faults; no group slot or list left once every job settled, and
+    # no two runs of the concurrency-1 group overlapped unless a fault waives it.
     _run([11, 12, 27], redis_url, tmp_path, groups=True)
+
+
+def test_the_group_limit_check_finds_overlapping_runs_and_waives_only_faulted_ones() -> None:
+    spans = parse_spans([
+        "start a 10 t1 100", "end a 10 t1 200",
+        "start b 11 t2 150", "end b 11 t2 250",  # overlaps a: two workers, no fault
+        "start c 12 t3 300",                     # never ended (its worker was killed)
+        "start d 11 t4 400", "end d 11 t4 450",
+    ])  # fmt: skip
+    assert spans[2] == Span("c", 12, 300, None)
+    pairs = {(x.name, y.name) for x, y in g0_overlaps(spans, set(), set())}
+    assert pairs == {("a", "b"), ("c", "d")}
+    # Run c was on the killed (or frozen) worker 12: the slot came back after its lease.
+    assert {(x.name, y.name) for x, y in g0_overlaps(spans, {12}, set())} == {("a", "b")}
+    # b's worker logged its reservation lost: its overlap is waived, c's is not.
+    assert {(x.name, y.name) for x, y in g0_overlaps(spans, set(), {"b"})} == {("c", "d")}
+    assert g0_overlaps(spans, {EVERYONE}, set()) == []
+    assert (
+        g0_overlaps(parse_spans(["start a 1 t 1", "end a 1 t 5", "start b 2 u 5"]), set(), set())
+        == []
+    )
 
 
 @pytest.mark.soak

@@ -188,7 +188,7 @@ def test_a_delayed_and_a_released_job_come_back_into_their_group(app: App, r: re
 def test_an_emptied_group_leaves_no_key_behind(app: App, r: redis.Redis) -> None:
     for g in range(200):
         Note(f"n{g}").on_group(f"tenant-{g}").dispatch()
-    assert len(group_keys(r, app)) == 200 + 1  # 200 lists and the ring
+    assert len(group_keys(r, app)) == 200 + 2  # 200 lists, the ring and the ready count
     work(app, concurrency=8)
     assert len(RUNS) == 200
     assert group_keys(r, app) == []
@@ -232,6 +232,24 @@ def test_a_garbage_limit_is_reported_for_its_group_only(
         work(app)
     assert RUNS == ["ok"]
     assert any("'odd'" in rec.getMessage() and "c:odd" in rec.getMessage() for rec in caplog.records)
+
+
+def test_limit_keeps_what_it_is_not_given_and_none_removes_it(app: App, r: redis.Redis) -> None:
+    cfg = keys(app).gcfg
+    app.groups.limit("acme", concurrency=2, rate="100/min", burst=3)
+    app.groups.limit("acme", concurrency=4)  # the rate stays
+    info = app.groups.show("acme")
+    assert (info.concurrency, r.hget(cfg, "r:acme")) == (4, b"600000 3")
+    app.groups.limit("acme", rate="60/s")  # the concurrency stays; burst 1 when not given
+    assert (app.groups.show("acme").concurrency, r.hget(cfg, "r:acme")) == (4, b"16667 1")
+    app.groups.limit("acme")  # nothing named: nothing changes
+    assert app.groups.show("acme").concurrency == 4 and r.hget(cfg, "r:acme") == b"16667 1"
+    app.groups.limit("acme", rate=None)
+    assert app.groups.show("acme").rate_per_s is None and app.groups.show("acme").concurrency == 4
+    app.groups.limit("acme", concurrency=None)
+    assert r.hlen(cfg) == 0
+    with pytest.raises(ValidationError, match="burst=.*rate="):
+        app.groups.limit("acme", burst=2)
 
 
 # -- scale and topologies ----------------------------------------------------------------

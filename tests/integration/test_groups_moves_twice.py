@@ -141,7 +141,10 @@ def test_group_settings_twice_are_the_same_as_once(rq: RedisQueue) -> None:
     for _ in range(2):
         g.resume("acme")
     assert r.zrange(k.gring, 0, -1) == [b"acme"]
-    g.limit("acme")
+    g.limit("acme")  # nothing named: the limits stay
+    assert r.hgetall(k.gcfg) == {b"c:acme": b"2", b"r:acme": b"500000 1"}
+    for _ in range(2):
+        g.limit("acme", concurrency=None, rate=None)
     assert r.hgetall(k.gcfg) == {}
 
 

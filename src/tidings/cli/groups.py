@@ -10,7 +10,7 @@ import click
 import orjson
 
 from tidings.errors import ValidationError
-from tidings.moves.groups import GroupInfo
+from tidings.moves.groups import KEEP, GroupInfo, Keep
 from tidings.observability.terminal import escape, escape_json
 
 
@@ -99,27 +99,38 @@ def make_group(load_app: Callable[[click.Context], Any]) -> click.Group:
     @click.argument("name")
     @queue_opt
     @click.option("--concurrency", type=int, default=None, help="Most jobs running at once.")
+    @click.option("--no-concurrency", is_flag=True, help="Remove the concurrency limit.")
     @click.option("--rate", default=None, help="Most jobs started, e.g. 100/min.")
-    @click.option("--burst", type=int, default=1, show_default=True)
+    @click.option("--no-rate", is_flag=True, help="Remove the rate limit.")
+    @click.option("--burst", type=int, default=None, help="Starts at once after a quiet spell "
+                  "(with --rate; default 1).")  # fmt: skip
     @click.pass_context
     def limit(
         ctx: click.Context,
         name: str,
         queue: str,
         concurrency: int | None,
+        no_concurrency: bool,
         rate: str | None,
-        burst: int,
+        no_rate: bool,
+        burst: int | None,
     ) -> None:
-        """Set a group's limits (an option left out: no limit of that kind)."""
+        """Set a group's limits; a limit not named keeps its current value
+        (--no-concurrency / --no-rate remove one)."""
+        if no_concurrency and concurrency is not None:
+            raise click.UsageError("give --concurrency N or --no-concurrency, not both")
+        if no_rate and rate is not None:
+            raise click.UsageError("give --rate R or --no-rate, not both")
         app = load_app(ctx)
-        _call(
-            lambda: app.groups.limit(
-                name, concurrency=concurrency, rate=rate, burst=burst, queue=queue
-            )
+        conc: int | Keep | None = (
+            None if no_concurrency else KEEP if concurrency is None else concurrency
         )
+        spec: str | Keep | None = None if no_rate else KEEP if rate is None else rate
+        _call(lambda: app.groups.limit(name, concurrency=conc, rate=spec, burst=burst, queue=queue))
+        i = _call(lambda: app.groups.show(name, queue=queue))
         click.echo(
-            f"Group {escape(name)} on {escape(queue)}: concurrency {concurrency or '-'}, "
-            f"rate {escape(rate or '-')}."
+            f"Group {escape(name)} on {escape(queue)}: concurrency {i.concurrency or '-'}, "
+            f"rate {_rate(i)}."
         )
 
     @group.command("pause")

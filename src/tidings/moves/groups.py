@@ -10,6 +10,7 @@ queued, intact, and never block the other groups.
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -105,6 +106,19 @@ def group_names(client: Any, k: QueueKeys, kinds: tuple[str, ...] = ("g", "gp"))
     return names
 
 
+class Keep(enum.Enum):
+    """The default of :meth:`Groups.limit`'s limits: keep the current value."""
+
+    KEEP = "keep"
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP = Keep.KEEP
+KEEP_ARG = "*"  # group_admin's ARGV for "keep the current value" (no value is "*")
+
+
 class Groups:
     """``app.groups``: limits, pause and resume of a queue's fair groups, and listings.
 
@@ -127,28 +141,42 @@ class Groups:
         self,
         group: str,
         *,
-        concurrency: int | None = None,
-        rate: str | float | None = None,
-        burst: int = 1,
+        concurrency: int | Keep | None = KEEP,
+        rate: str | float | Keep | None = KEEP,
+        burst: int | None = None,
         queue: str | None = None,
     ) -> None:
-        """Set ``group``'s limits (None: no limit of that kind): at most ``concurrency``
-        of its jobs run at once over all workers and hosts; at most ``rate`` start (e.g.
-        ``"100/min"``; ``burst`` may start at once after a quiet spell).
+        """Set ``group``'s limits: at most ``concurrency`` of its jobs run at once over
+        all workers and hosts; at most ``rate`` start (e.g. ``"100/min"``; ``burst``, 1
+        unless given, may start at once after a quiet spell). A limit left out keeps its
+        current value; ``None`` removes it (``limit(g, concurrency=None, rate=None)``
+        lifts both).
 
         Raises:
-            ValidationError: a bad group key, concurrency below 1 or a bad rate.
+            ValidationError: a bad group key, concurrency below 1, a bad rate, or
+                ``burst`` without ``rate``.
         """
         check_group(group, "groups.limit()")
-        conc = ""
-        if concurrency is not None:
+        conc = KEEP_ARG
+        if concurrency is None:
+            conc = ""
+        elif not isinstance(concurrency, Keep):
             if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
                 raise ValidationError(
                     f"groups.limit(concurrency=) must be an int of at least 1, not {concurrency!r}"
                 )
             conc = str(concurrency)
-        spec = ""
-        if rate is not None:
+        spec = KEEP_ARG
+        if isinstance(rate, Keep):
+            if burst is not None:
+                raise ValidationError(
+                    "groups.limit(burst=) goes with rate=: give the rate too "
+                    '(e.g. rate="100/min", burst=5)'
+                )
+        elif rate is None:
+            spec = ""
+        else:
+            burst = 1 if burst is None else burst
             if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
                 raise ValidationError(f"groups.limit(burst=) must be an int >= 1, not {burst!r}")
             per_s = parse_rate(rate, "groups.limit(rate=)")

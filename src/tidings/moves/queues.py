@@ -72,6 +72,15 @@ class FailedJob:
         }
 
 
+def _count(raw: Any) -> int:
+    """A counter read from Redis as a size: missing, garbage or below 0 (a key written by
+    hand) reads 0."""
+    try:
+        return max(0, int(raw or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
 def _translate(exc: BaseException, what: str) -> QueueUnavailable | BaseException:
     # redis-py raises OutOfMemoryError and strips the "OOM" prefix from its message.
     if isinstance(exc, OutOfMemoryError) or (isinstance(exc, ResponseError) and "OOM" in str(exc)):
@@ -539,7 +548,11 @@ class RedisQueue:
 
     def sizes(self, queues: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
         """``{queue: {ready, delayed, reserved, failed}}`` for ``monitor``; a queue whose
-        keys have the wrong type is left out (logged at ERROR)."""
+        keys have the wrong type is left out (logged at ERROR).
+
+        ``ready`` counts the ungrouped ready jobs and those of every fair group (paused
+        groups too) from one counter the group scripts keep (``{Q}:gready``), so the cost
+        does not grow with the number of groups."""
         names = list(queues) if queues else self.queue_names()
         out: dict[str, dict[str, int]] = {}
         with _guard("monitor"):
@@ -552,9 +565,10 @@ class RedisQueue:
                     pipe.zcard(k.reserved)
                     pipe.zcard(k.failed)
                     pipe.zcard(k.prio)
-                    ready, delayed, reserved, failed, prio = pipe.execute()
+                    pipe.get(k.gready)
+                    ready, delayed, reserved, failed, prio, grouped = pipe.execute()
                     out[name] = {
-                        "ready": ready + prio,
+                        "ready": ready + prio + _count(grouped),
                         "delayed": delayed,
                         "reserved": reserved,
                         "failed": failed,

@@ -32,6 +32,9 @@ slot and runs unchanged on Redis Cluster::
     {prefix}:queue:{Q}:gt:<group>     the group's rate state (GCRA, µs), expiring
     {prefix}:queue:{Q}:gcfg           hash p:<g> paused, c:<g> concurrency, r:<g> rate
     {prefix}:queue:{Q}:gstat          hash d:<g> / f:<g>: done / failed while active
+    {prefix}:queue:{Q}:gready         count of the queue's grouped ready ids (every group,
+                                      paused ones too), kept by the scripts that move ids
+                                      into and out of the groups' ready keys
     {prefix}:queue:{Q}:cancelled      zset id -> cancel time (bounded, for job_status)
     {prefix}:queue:{Q}:result:<id>    the job's signed return value (result_ttl_s); also
                                       the pub/sub channel app.result waits on
@@ -71,6 +74,7 @@ class QueueKeys:
     gring: str
     gcfg: str
     gstat: str
+    gready: str
 
     @classmethod
     def build(cls, prefix: str, name: str) -> QueueKeys:
@@ -96,6 +100,7 @@ class QueueKeys:
             gring=f"{base}:gring",
             gcfg=f"{base}:gcfg",
             gstat=f"{base}:gstat",
+            gready=f"{base}:gready",
         )
 
     def group(self, what: str, group: str) -> str:

@@ -15,6 +15,11 @@ if #ids < chunk then
     for _, id in ipairs(more) do ids[#ids + 1] = id end
   end
 end
+local count = string.sub(KEYS[1], 1, -7) .. ':gready'  -- grouped ready ids of the queue
+if #ids > 0 then
+  local ok, v = pcall(redis.call, 'DECRBY', count, #ids)
+  if not ok or v <= 0 then redis.call('DEL', count) end
+end
 for _, id in ipairs(ids) do
   redis.call('HDEL', KEYS[2], id)
   redis.call('HDEL', KEYS[3], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c',

@@ -63,20 +63,47 @@ local function to_tail(g)
   redis.call('ZADD', KEYS[16], (tonumber(tail[2]) or 0) + 1, g)
 end
 
+-- The queue's count of grouped ready ids ({Q}:gready, see push_group.lua) by n; it goes
+-- with the last id (an emptied queue leaves no key), and a count written by hand
+-- (garbage) is dropped rather than stop the move.
+local function gcount(n)
+  if n == 0 then return end
+  local ok, v = pcall(redis.call, 'INCRBY', gbase .. ':gready', n)
+  if not ok or v <= 0 then redis.call('DEL', gbase .. ':gready') end
+end
+
+-- A job coming back (stalled, delayed, retried) whose group's structures are garbage is
+-- parked in the delayed set for this long and tried again then (pop reports the group each
+-- time): never on the plain list, where it would run outside its group's limits.
+local PARK_MS = 5000
+
 -- A job of group g back among its group's ready jobs (at the head: a suspect put back).
+-- Every structure it touches is read first: garbage raises before any write, so the job
+-- is never half in its group.
 local function group_ready(id, g, p, head)
-  redis.call('SREM', gbase .. ':gr:' .. g, id)
-  if p ~= 0 and p >= -100 and p <= 100 then
+  local run, gl, gp = gbase .. ':gr:' .. g, gbase .. ':g:' .. g, gbase .. ':gp:' .. g
+  redis.call('SCARD', run)
+  redis.call('LLEN', gl)
+  redis.call('ZCARD', gp)
+  local turn = redis.call('ZSCORE', KEYS[16], g)
+  local paused = redis.call('HGET', KEYS[17], 'p:' .. g)
+  local prio = p ~= 0 and p >= -100 and p <= 100
+  local pseq = prio and redis.call('GET', KEYS[14])
+  if prio and pseq and not string.match(pseq, '^%-?%d+$') then
+    error({err = 'priority sequence ' .. KEYS[14] .. ' is not an integer'})
+  end
+  redis.call('SREM', run, id)
+  if prio then
     local seq = redis.call('INCR', KEYS[14])
-    redis.call('ZADD', gbase .. ':gp:' .. g, string.format('%.0f', (100 - p) * STEP + seq), id)
+    gcount(redis.call('ZADD', gp, string.format('%.0f', (100 - p) * STEP + seq), id))
   elseif head then
-    redis.call('LPUSH', gbase .. ':g:' .. g, id)
+    redis.call('LPUSH', gl, id)
+    gcount(1)
   else
-    redis.call('RPUSH', gbase .. ':g:' .. g, id)
+    redis.call('RPUSH', gl, id)
+    gcount(1)
   end
-  if not redis.call('ZSCORE', KEYS[16], g) and not redis.call('HGET', KEYS[17], 'p:' .. g) then
-    to_tail(g)
-  end
+  if not turn and not paused then to_tail(g) end
 end
 
 -- Ids back to ready: the list, or the priority zset for a job with a priority.
@@ -87,11 +114,12 @@ local function to_ready(ids)
       local c = redis.call('HMGET', KEYS[6], id .. ':g', id .. ':p')
       local p = tonumber(c[2] or '0') or 0
       if c[1] then
-        -- A group whose structures are garbage raises here: the error names it.
+        -- A group whose structures are garbage raises here: the error names it, and
+        -- the job is parked (PARK_MS) until the group is repaired.
         local ok, err = pcall(group_ready, id, c[1], p, false)
         if not ok then
-          report(c[1], errtext(err))
-          redis.call('RPUSH', KEYS[1], id)
+          report(c[1], errtext(err) .. '; its returning job ' .. id .. ' is parked in the delayed set (tried again every 5 s)')
+          redis.call('ZADD', KEYS[2], now + PARK_MS, id)
         end
       elseif p ~= 0 and p >= -100 and p <= 100 and prio_on then
         local seq = redis.call('INCR', KEYS[14])
@@ -280,6 +308,7 @@ local function group_take(g)
   end
   if not id then id = redis.call('LPOP', gl) end
   if not id then return nil, 'empty' end
+  gcount(-1)
   if tat then
     local new_tat = tat + interval
     redis.call('SET', gbase .. ':gt:' .. g, string.format('%d', new_tat),
@@ -403,9 +432,10 @@ while n < max do
     -- Back to the head: the next pop hands it out by itself.
     if g then
       if score then
-        redis.call('ZADD', gbase .. ':gp:' .. g, string.format('%.0f', score), id)
+        gcount(redis.call('ZADD', gbase .. ':gp:' .. g, string.format('%.0f', score), id))
       else
         redis.call('LPUSH', gbase .. ':g:' .. g, id)
+        gcount(1)
       end
       if not redis.call('ZSCORE', KEYS[16], g) then
         redis.call('ZADD', KEYS[16], 0, g)

@@ -52,6 +52,12 @@ for i = 4, #ARGV, 2 do
     end
   end
 end
+-- The queue's count of grouped ready jobs ({Q}:gready), kept beside every move of an id
+-- into or out of a group's ready keys, so `monitor` reads one key however many groups.
+-- A count written by hand (garbage) is dropped, never stops the push.
+if ready > 0 and not pcall(redis.call, 'INCRBY', base .. ':gready', ready) then
+  redis.call('DEL', base .. ':gready')
+end
 if ready > 0 and not redis.call('HGET', KEYS[9], 'p:' .. g)
   and not redis.call('ZSCORE', KEYS[8], g) then
   -- Into the ring at its tail: the group waits one turn of every other active group.
