@@ -13,7 +13,8 @@ turn, for N no-op bodies:
   the ack; the dispatch path keeps its result too: ``with_result()``).
 
 The rounds alternate which path goes first; medians, spreads (min-max) and the ratio of
-each round are printed side by side (goal: >= 0.9 both ways).
+each round are printed side by side (goal: >= 0.9 both ways), then the CPU time per
+body (``time.process_time``: this process, every thread), steadier on a busy machine.
 """
 
 from __future__ import annotations
@@ -70,12 +71,15 @@ def setup_django(url: str, prefix: str) -> Any:
     return get_app(), task(here.noop), here.Noop
 
 
-def drain(app: Any) -> float:
-    async def main() -> float:
+def drain(app: Any) -> tuple[float, float]:
+    """Run a worker until the queues are empty: (wall seconds, CPU seconds of this
+    process, every thread)."""
+
+    async def main() -> tuple[float, float]:
         w = Worker(app, WorkerOptions(concurrency=16, stop_when_empty=True, sleep_s=0.2))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         await w.run()
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.process_time() - c0
 
     return asyncio.run(main())
 
@@ -84,9 +88,15 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):9.0f}/s ({min(values):.0f}-{max(values):.0f})"
 
 
+def _us(values: list[float]) -> str:
+    return f"{statistics.median(values):6.1f} us ({min(values):.1f}-{max(values):.1f})"
+
+
 def report(figures: dict[str, list[float]], n: int, rounds: int, names: tuple[str, str]) -> None:
     """Medians with spreads (min-max over rounds) and the ratio of medians, and of each
-    round (the rounds alternate, so a round's ratio compares neighbours in time)."""
+    round (the rounds alternate, so a round's ratio compares neighbours in time); then
+    the CPU time per body (``time.process_time``, steadier than wall time on a busy
+    machine) and its ratio (dispatch / task: above 1 is the task path cheaper)."""
     task, base = names
     print(f"{n} no-op bodies, {rounds} rounds alternating, one worker (concurrency 16)")
     for what in ("enq", "drain"):
@@ -98,12 +108,21 @@ def report(figures: dict[str, list[float]], n: int, rounds: int, names: tuple[st
             + " ".join(f"{r:.2f}" for r in per_round)
             + " (goal >= 0.9)"
         )
+    for what in ("enq", "drain"):
+        t, j = figures[f"t_{what}_cpu"], figures[f"j_{what}_cpu"]
+        per_round = [b / a for a, b in zip(t, j, strict=True)]
+        print(
+            f"{what + ' cpu':>9}: {task} {_us(t)}   {base} {_us(j)}   "
+            f"ratio {statistics.median(j) / statistics.median(t):.2f}, per round "
+            + " ".join(f"{r:.2f}" for r in per_round)
+        )
 
 
 def run(url: str, n: int, rounds: int) -> None:
     prefix = f"bench24-{os.getpid()}"
     app, noop_task, noop_job = setup_django(url, prefix)
-    figures: dict[str, list[float]] = {k: [] for k in ("t_enq", "j_enq", "t_drain", "j_drain")}
+    names = ("t_enq", "j_enq", "t_drain", "j_drain")
+    figures: dict[str, list[float]] = {k: [] for k in (*names, *(f"{k}_cpu" for k in names))}
     try:
         for i in range(200):  # warm up: imports, connections, the worker's first start
             noop_task.enqueue(i)
@@ -113,15 +132,19 @@ def run(url: str, n: int, rounds: int) -> None:
             # Alternate which path goes first, so a drift in the machine's load hits both.
             order = ("j", "t") if r % 2 == 0 else ("t", "j")
             for who in order:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 if who == "j":
                     for i in range(n):
                         noop_job(i).with_result().dispatch()
                 else:
                     for i in range(n):
                         noop_task.enqueue(i)
-                figures[f"{who}_enq"].append(n / (time.perf_counter() - t0))
-                figures[f"{who}_drain"].append(n / drain(app))
+                c1, t1 = time.process_time(), time.perf_counter()
+                figures[f"{who}_enq"].append(n / (t1 - t0))
+                figures[f"{who}_enq_cpu"].append((c1 - c0) / n * 1e6)
+                wall, cpu = drain(app)
+                figures[f"{who}_drain"].append(n / wall)
+                figures[f"{who}_drain_cpu"].append(cpu / n * 1e6)
     finally:
         delete_prefix(app.queue_for(None).client, prefix)
     report(figures, n, rounds, ("django.tasks", "tidings dispatch"))
