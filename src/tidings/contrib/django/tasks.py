@@ -43,7 +43,7 @@ import time
 import traceback
 import types
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -138,31 +138,80 @@ def _normalized(value: Any) -> Any:
     return value if type(value) in _SCALARS else normalize_json(value)
 
 
+def _plain_json(args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]] | None:
+    """``(normalize_json(args), normalize_json(kwargs))`` when both are flat and plain
+    (a list or tuple of scalars; a dict of ``str`` keys to scalars), the common call,
+    answered without Django's pattern match per value (which gives the same answer);
+    None for anything else (Django's own normalising then decides, and refuses)."""
+    if type(args) not in (tuple, list) or type(kwargs) is not dict:
+        return None
+    for value in args:
+        if type(value) not in _SCALARS:
+            return None
+    for key, value in kwargs.items():
+        if type(key) is not str or type(value) not in _SCALARS:
+            return None
+    return list(args), dict(kwargs)
+
+
 _RESULT_FIELDS = {f.name: f for f in dataclasses.fields(TaskResult)}
 _RESULT_INIT = frozenset(n for n, f in _RESULT_FIELDS.items() if f.init)
 _RESULT_EXTRA = {
     n: f.default for n, f in _RESULT_FIELDS.items() if not f.init
 }  # ``_return_value``: None
-_RESULT_FAST = _RESULT_INIT == {
+_RESULT_WRITTEN_FOR = {
     "task", "id", "status", "enqueued_at", "started_at", "finished_at", "last_attempted_at",
     "args", "kwargs", "backend", "errors", "worker_ids",
-} and all(v is not dataclasses.MISSING for v in _RESULT_EXTRA.values())  # fmt: skip
+}  # fmt: skip
+_RESULT_FAST = _RESULT_INIT == _RESULT_WRITTEN_FOR and all(
+    v is not dataclasses.MISSING for v in _RESULT_EXTRA.values()
+)
 
 
-def _decoded_result(**fields: Any) -> TaskResult[Any]:
-    """A ``TaskResult`` of arguments decoded from the envelope: they were normalised to
-    JSON by Django when the task was enqueued (and normalising is idempotent), so the
-    constructor's second pass over them is skipped where ``TaskResult`` has the fields
-    this was written against (Django 5.2 + ``django-tasks`` 0.12, Django 6.0); any
-    other shape goes through the constructor."""
-    if not _RESULT_FAST or fields.keys() != _RESULT_INIT:
-        return TaskResult(**fields)
-    result: TaskResult[Any] = object.__new__(TaskResult)
-    for name, value in fields.items():
-        object.__setattr__(result, name, value)
+def _json_result(
+    task: Task[Any, Any],
+    status: TaskResultStatus,
+    enqueued_at: dt.datetime | None,
+    started_at: dt.datetime | None,
+    last_attempted_at: dt.datetime | None,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    backend: str,
+    worker_ids: list[str],
+    errors: list[TaskError],
+    task_id: str = "",
+) -> TaskResult[Any]:
+    """A ``TaskResult`` (not finished) whose arguments are already what Django's
+    normalising gives (the envelope's, normalised when the task was enqueued, or
+    :func:`_plain_json`'s): the constructor's pass over them (``normalize_json``,
+    idempotent) is skipped where ``TaskResult`` has the fields this was written against
+    (Django 5.2 + ``django-tasks`` 0.12, Django 6.0); any other shape goes through the
+    constructor."""
+    if not _RESULT_FAST:
+        return TaskResult(
+            task=task, id=task_id, status=status, enqueued_at=enqueued_at,
+            started_at=started_at, finished_at=None, last_attempted_at=last_attempted_at,
+            args=args, kwargs=kwargs, backend=backend, errors=errors, worker_ids=worker_ids,
+        )  # fmt: skip
+    result: TaskResult[Any] = _new(TaskResult)
+    _set(result, "task", task)
+    _set(result, "id", task_id)
+    _set(result, "status", status)
+    _set(result, "enqueued_at", enqueued_at)
+    _set(result, "started_at", started_at)
+    _set(result, "finished_at", None)
+    _set(result, "last_attempted_at", last_attempted_at)
+    _set(result, "args", args)
+    _set(result, "kwargs", kwargs)
+    _set(result, "backend", backend)
+    _set(result, "errors", errors)
+    _set(result, "worker_ids", worker_ids)
     for name, value in _RESULT_EXTRA.items():
-        object.__setattr__(result, name, value)
+        _set(result, name, value)
     return result
+
+
+_new, _set = object.__new__, object.__setattr__
 
 
 def _errors_of(raw: str | None) -> list[TaskError]:
@@ -440,7 +489,8 @@ class RunTask(Job):
         try:  # asked ten times per push: looked up once per job
             return self._tidings_options
         except AttributeError:
-            found = self._tidings_options = _options_of(self.backend, self.overrides)[1]
+            found = _options_of(self.backend, self.overrides)[1]
+            self._tidings_options: _TaskOptions = found
             return found
 
     # -- in the worker ----------------------------------------------------------------
@@ -559,19 +609,18 @@ class RunTask(Job):
         workers.append(_worker_id())
         first = earlier.get("started_at")
         attempted = _at(started)
-        return _decoded_result(
-            task=self._task(),
-            id=self.job_id or "",
-            status=_RUNNING,
-            enqueued_at=_at(self.enqueued_at),
-            started_at=_when(first) if first else attempted,
-            finished_at=None,
-            last_attempted_at=attempted,
-            args=self.args,
-            kwargs=self.kwargs,
-            backend=self.backend,
-            errors=_errors_of(earlier.get("errors")),
-            worker_ids=workers,
+        return _json_result(
+            self._task(),
+            _RUNNING,
+            _at(self.enqueued_at),
+            _when(first) if first else attempted,
+            attempted,
+            self.args,
+            self.kwargs,
+            self.backend,
+            workers,
+            _errors_of(earlier.get("errors")),
+            self.job_id or "",
         )
 
     @staticmethod
@@ -743,7 +792,8 @@ def listen_for_cancels(app: App) -> None:
 
 
 _LOOK = 8  # replies per queue of one get_result look
-_get_app: Any = None  # tidings.contrib.django.setup.get_app, imported on first use
+# tidings.contrib.django.setup.get_app, imported on first use
+_get_app: Callable[[], App] | None = None
 
 
 class _Cancelled:
@@ -833,20 +883,17 @@ class TidingsBackend(BaseTaskBackend):
     def _ready(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
         """The result ``enqueue`` returns, before the push (Django normalises the
         arguments to JSON here, so a value JSON cannot hold fails before anything is
-        pushed); the id is set once the push gave one."""
-        return TaskResult(
-            task=task,
-            id="",
-            status=_READY,
-            enqueued_at=timezone.now(),
-            started_at=None,
-            finished_at=None,
-            last_attempted_at=None,
-            args=args,
-            kwargs=kwargs,
-            backend=self.alias,
-            errors=[],
-            worker_ids=[],
+        pushed; flat plain arguments are normalised by :func:`_plain_json`, to the same
+        values); the id is set once the push gave one."""
+        plain = _plain_json(args, kwargs)
+        if plain is None:
+            return TaskResult(
+                task=task, id="", status=_READY, enqueued_at=timezone.now(),
+                started_at=None, finished_at=None, last_attempted_at=None, args=args,
+                kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[],
+            )  # fmt: skip
+        return _json_result(
+            task, _READY, timezone.now(), None, None, *plain, self.alias, [], []
         )
 
     def _prepare(
