@@ -382,6 +382,18 @@ class TidingsTask(_TaskBase):
                 if v is not None}  # fmt: skip
 
 
+def _overrides_of(task: Task[Any, Any]) -> dict[str, Any] | None:
+    """The tidings options ``task`` sets itself, or None (most tasks: the backend's);
+    the attribute checks name every option of ``_TASK_OPTIONS`` (cheaper than building
+    the dict per enqueue)."""
+    if not isinstance(task, TidingsTask) or (
+        task.tries is None and task.backoff is None and task.timeout is None
+        and task.after_commit is None and task.result_ttl_s is None
+    ):  # fmt: skip
+        return None
+    return task.tidings_options() or None
+
+
 def tidings_options(**options: Any) -> Any:
     """Per-task tidings options, on any Django version: stack it above ``@task``::
 
@@ -865,7 +877,7 @@ class TidingsBackend(BaseTaskBackend):
             queue_name=task.queue_name,
             task_priority=task.priority,
             enqueued_at=at,
-            overrides=(task.tidings_options() or None) if isinstance(task, TidingsTask) else None,
+            overrides=_overrides_of(task),
         )
         pending = PendingDispatch(job).on_queue(task.queue_name)
         if task.priority:
