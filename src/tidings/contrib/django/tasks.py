@@ -498,12 +498,11 @@ class RunTask(Job):
 
     def option_source(self) -> Any:
         """Tries, backoff, timeout, after-commit, result TTL: :attr:`options`."""
-        try:  # asked ten times per push: looked up once per job
-            return self._tidings_options
-        except AttributeError:
-            found = _options_of(self.backend, self.overrides)[1]
-            self._tidings_options: _TaskOptions = found
-            return found
+        found = self.__dict__.get("_option_source")
+        if found is None:  # asked ten times per push: looked up once per job (a dict
+            # lookup: a missing attribute's AttributeError costs more than the lookups)
+            found = self.__dict__["_option_source"] = _options_of(self.backend, self.overrides)[1]
+        return found
 
     # -- in the worker ----------------------------------------------------------------
 
