@@ -67,7 +67,12 @@ def setup_django(url: str, prefix: str) -> Any:
             "allowed_modules": ["benchmarks"],
             "metrics": False,
         },
-        TASKS={"default": {"BACKEND": "tidings.contrib.django.tasks.TidingsBackend"}},
+        TASKS={
+            "default": {
+                "BACKEND": "tidings.contrib.django.tasks.TidingsBackend",
+                "QUEUES": ["default", TASK_QUEUE],
+            }
+        },
     )
     django.setup()
     from django_tasks import task
