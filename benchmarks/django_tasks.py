@@ -35,7 +35,6 @@ from benchmarks._redis import bench_redis, delete_prefix
 from tidings import Job
 from tidings.worker.worker import Worker, WorkerOptions
 
-
 TASK_QUEUE = "tasks"
 CHUNK = 500  # enqueue alternates between the two paths every CHUNK bodies
 

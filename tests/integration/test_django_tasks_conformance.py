@@ -563,8 +563,11 @@ def test_the_backends_shortcuts_give_what_djangos_normalising_and_constructor_gi
         assert plain == (normalize_json(args), normalize_json(kwargs))
         assert plain is not None and type(plain[0]) is list and type(plain[1]) is dict
         assert [type(v) for v in plain[0]] == [type(v) for v in normalize_json(args)]
-    for args, kwargs in [((b"x",), {}), (([1],), {}), ((), {1: 2}), ((), {"k": (1,)}),
-                         ((_Text("s"),), {}), ((object(),), {}), ((1,), {"k": object()})]:  # fmt: skip
+    others: list[tuple[Any, Any]] = [
+        ((b"x",), {}), (([1],), {}), ((), {1: 2}), ((), {"k": (1,)}), ((_Text("s"),), {}),
+        ((object(),), {}), ((1,), {"k": object()}),
+    ]  # fmt: skip
+    for args, kwargs in others:
         assert backend._plain_json(args, kwargs) is None  # left to Django
     at = datetime(2026, 11, 26, tzinfo=UTC)
     fields = {

@@ -667,9 +667,7 @@ class RunTask(Job):
             if direct is not None and not result.task.takes_context:
                 value = _normalized(direct(*result.args, **result.kwargs))
             else:
-                value = _normalized(
-                    result.task.call(*self._call_args(result), **result.kwargs)
-                )
+                value = _normalized(result.task.call(*self._call_args(result), **result.kwargs))
         except Exception as exc:
             final, fields = self._failed_attempt(exc, started)
             error = self._error(exc)
@@ -714,9 +712,7 @@ class RunAsyncTask(RunTask):
         result = self._running(earlier, started)
         await task_started.asend(sender=TidingsBackend, task_result=result)
         try:
-            value = _normalized(
-                await result.task.acall(*self._call_args(result), **result.kwargs)
-            )
+            value = _normalized(await result.task.acall(*self._call_args(result), **result.kwargs))
         except (Exception, JobCancelled) as exc:
             final, fields = self._failed_attempt(exc, started)
             error = self._error(exc)
@@ -903,9 +899,7 @@ class TidingsBackend(BaseTaskBackend):
                 started_at=None, finished_at=None, last_attempted_at=None, args=args,
                 kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[],
             )  # fmt: skip
-        return _json_result(
-            task, _READY, timezone.now(), None, None, *plain, self.alias, [], []
-        )
+        return _json_result(task, _READY, timezone.now(), None, None, *plain, self.alias, [], [])
 
     def _prepare(
         self, task: Task[Any, Any], args: Any, kwargs: Any
