@@ -538,3 +538,51 @@ def test_bad_per_task_options_are_refused_naming_the_option(site: dict[str, str]
 
 def _module_level_add(a: int, b: int) -> int:
     return a + b
+
+
+class _Text(str):
+    """A ``str`` subclass: Django's normalising keeps it as it is."""
+
+
+def test_the_backends_shortcuts_give_what_djangos_normalising_and_constructor_give(
+    site: dict[str, str],
+) -> None:
+    """``enqueue`` normalises flat plain arguments itself and builds its ``TaskResult``
+    (and the worker its RUNNING one) without the constructor's second pass: every field
+    equals what Django's own ``TaskResult(...)`` gives, and anything else is left to
+    Django (which refuses what JSON cannot hold)."""
+    from datetime import UTC, datetime
+
+    from tests.integration.django_tasks_site import tasks
+    from tidings.contrib.django import tasks as backend
+    from tidings.contrib.django._tasks_api import TaskResult, TaskResultStatus, normalize_json
+
+    flat = [((1, "a", None, True, 2.5), {"x": 1, "y": "z"}), ([], {})]
+    for args, kwargs in flat:
+        plain = backend._plain_json(args, kwargs)
+        assert plain == (normalize_json(args), normalize_json(kwargs))
+        assert plain is not None and type(plain[0]) is list and type(plain[1]) is dict
+        assert [type(v) for v in plain[0]] == [type(v) for v in normalize_json(args)]
+    others: list[tuple[Any, Any]] = [
+        ((b"x",), {}), (([1],), {}), ((), {1: 2}), ((), {"k": (1,)}), ((_Text("s"),), {}),
+        ((object(),), {}), ((1,), {"k": object()}),
+    ]  # fmt: skip
+    for args, kwargs in others:
+        assert backend._plain_json(args, kwargs) is None  # left to Django
+    at = datetime(2026, 11, 26, tzinfo=UTC)
+    fields = {
+        "task": tasks.add, "id": "abc", "status": TaskResultStatus.RUNNING, "enqueued_at": at,
+        "started_at": at, "finished_at": None, "last_attempted_at": at, "args": [1, [2]],
+        "kwargs": {"b": 3}, "backend": "tidings", "errors": [], "worker_ids": ["h:1"],
+    }  # fmt: skip
+    fast = backend._json_result(
+        tasks.add, TaskResultStatus.RUNNING, at, at, at, [1, [2]], {"b": 3}, "tidings",
+        ["h:1"], [], "abc",
+    )  # fmt: skip
+    assert backend._RESULT_FAST  # the TaskResult this Django has is the one it was written for
+    made = TaskResult(**fields)  # type: ignore[arg-type]
+    for name in [*fields, "_return_value"]:
+        assert getattr(fast, name) == getattr(made, name), name
+    assert fast == made and not fast.is_finished
+    with pytest.raises(ValueError, match="not finished"):
+        fast.return_value  # noqa: B018

@@ -186,6 +186,8 @@ class _Encoder:
         elif cls in _DATACLASSES:  # a dataclass met before (so no other tag applies)
             return self._guarded(self._dataclass, value, cls)
         elif cls is list or cls is dict:  # exact built-in containers: no tag applies
+            if not value:  # empty: nothing to walk, no cycle possible
+                return [] if cls is list else {}
             return self._guarded(self._container, value, cls)
         if value is None or isinstance(value, bool):
             return value
@@ -252,8 +254,14 @@ class _Encoder:
         return out
 
     def _dataclass(self, value: Any, cls: type[Any]) -> dict[str, Any]:
-        names = _field_names(cls)
-        fields = self._fields((n, getattr(value, n)) for n in names)
+        fields: dict[str, Any] = {}
+        name = ""
+        try:  # _fields, without a generator of pairs between
+            for name in _field_names(cls):
+                fields[name] = self.encode(getattr(value, name))
+        except _Unencodable as exc:
+            exc.parts.append(name)
+            raise
         return {"__t": "dc", "c": class_path(cls), "f": fields}
 
     def _container(self, value: Any, cls: type[Any]) -> Any:

@@ -33,6 +33,7 @@ backend's ``task_class`` is :class:`TidingsTask`) or a stacked :func:`tidings_op
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import inspect
 import json
@@ -42,7 +43,7 @@ import time
 import traceback
 import types
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -93,15 +94,23 @@ def progress(done: float, total: float | None = None, note: str | None = None) -
         run.report(done, total, note)
 
 
-_WORKER_ID: tuple[int, str] = (0, "")
+_WORKER_ID = ""
+
+
+def _forget_worker_id() -> None:
+    global _WORKER_ID
+    _WORKER_ID = ""
+
+
+os.register_at_fork(after_in_child=_forget_worker_id)  # a fork gets its own
 
 
 def _worker_id() -> str:
+    """This process's worker id (``host:pid``), made once per process."""
     global _WORKER_ID
-    pid = os.getpid()
-    if _WORKER_ID[0] != pid:  # once per process (a fork gets its own)
-        _WORKER_ID = (pid, f"{socket.gethostname()}:{pid}")
-    return _WORKER_ID[1]
+    if not _WORKER_ID:
+        _WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+    return _WORKER_ID
 
 
 def _now() -> str:
@@ -118,6 +127,91 @@ def _when(raw: Any) -> dt.datetime | None:
 
 def _at(seconds: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _normalized(value: Any) -> Any:
+    """``normalize_json(value)`` (as Django's backends normalise a return value), with
+    the common answer, a plain scalar, passed through without its pattern match."""
+    return value if type(value) in _SCALARS else normalize_json(value)
+
+
+def _plain_json(args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]] | None:
+    """``(normalize_json(args), normalize_json(kwargs))`` when both are flat and plain
+    (a list or tuple of scalars; a dict of ``str`` keys to scalars), the common call,
+    answered without Django's pattern match per value (which gives the same answer);
+    None for anything else (Django's own normalising then decides, and refuses)."""
+    if type(args) not in (tuple, list) or type(kwargs) is not dict:
+        return None
+    for value in args:
+        if type(value) not in _SCALARS:
+            return None
+    for key, value in kwargs.items():
+        if type(key) is not str or type(value) not in _SCALARS:
+            return None
+    return list(args), dict(kwargs)
+
+
+_RESULT_FIELDS = {f.name: f for f in dataclasses.fields(TaskResult)}
+_RESULT_INIT = frozenset(n for n, f in _RESULT_FIELDS.items() if f.init)
+_RESULT_EXTRA = {
+    n: f.default for n, f in _RESULT_FIELDS.items() if not f.init
+}  # ``_return_value``: None
+_RESULT_WRITTEN_FOR = {
+    "task", "id", "status", "enqueued_at", "started_at", "finished_at", "last_attempted_at",
+    "args", "kwargs", "backend", "errors", "worker_ids",
+}  # fmt: skip
+_RESULT_FAST = _RESULT_INIT == _RESULT_WRITTEN_FOR and all(
+    v is not dataclasses.MISSING for v in _RESULT_EXTRA.values()
+)
+
+
+def _json_result(
+    task: Task[Any, Any],
+    status: TaskResultStatus,
+    enqueued_at: dt.datetime | None,
+    started_at: dt.datetime | None,
+    last_attempted_at: dt.datetime | None,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    backend: str,
+    worker_ids: list[str],
+    errors: list[TaskError],
+    task_id: str = "",
+) -> TaskResult[Any]:
+    """A ``TaskResult`` (not finished) whose arguments are already what Django's
+    normalising gives (the envelope's, normalised when the task was enqueued, or
+    :func:`_plain_json`'s): the constructor's pass over them (``normalize_json``,
+    idempotent) is skipped where ``TaskResult`` has the fields this was written against
+    (Django 5.2 + ``django-tasks`` 0.12, Django 6.0); any other shape goes through the
+    constructor."""
+    if not _RESULT_FAST:
+        return TaskResult(
+            task=task, id=task_id, status=status, enqueued_at=enqueued_at,
+            started_at=started_at, finished_at=None, last_attempted_at=last_attempted_at,
+            args=args, kwargs=kwargs, backend=backend, errors=errors, worker_ids=worker_ids,
+        )  # fmt: skip
+    result: TaskResult[Any] = _new(TaskResult)
+    _set(result, "task", task)
+    _set(result, "id", task_id)
+    _set(result, "status", status)
+    _set(result, "enqueued_at", enqueued_at)
+    _set(result, "started_at", started_at)
+    _set(result, "finished_at", None)
+    _set(result, "last_attempted_at", last_attempted_at)
+    _set(result, "args", args)
+    _set(result, "kwargs", kwargs)
+    _set(result, "backend", backend)
+    _set(result, "errors", errors)
+    _set(result, "worker_ids", worker_ids)
+    for name, value in _RESULT_EXTRA.items():
+        _set(result, name, value)
+    return result
+
+
+_new, _set = object.__new__, object.__setattr__
 
 
 def _errors_of(raw: str | None) -> list[TaskError]:
@@ -288,6 +382,18 @@ class TidingsTask(_TaskBase):
                 if v is not None}  # fmt: skip
 
 
+def _overrides_of(task: Task[Any, Any]) -> dict[str, Any] | None:
+    """The tidings options ``task`` sets itself, or None (most tasks: the backend's);
+    the attribute checks name every option of ``_TASK_OPTIONS`` (cheaper than building
+    the dict per enqueue)."""
+    if not isinstance(task, TidingsTask) or (
+        task.tries is None and task.backoff is None and task.timeout is None
+        and task.after_commit is None and task.result_ttl_s is None
+    ):  # fmt: skip
+        return None
+    return task.tidings_options() or None
+
+
 def tidings_options(**options: Any) -> Any:
     """Per-task tidings options, on any Django version: stack it above ``@task``::
 
@@ -317,7 +423,10 @@ def tidings_options(**options: Any) -> Any:
     return apply
 
 
-_TASKS: dict[tuple[int, str, str, str, int], Task[Any, Any]] = {}
+# A resolved task, and its function where calling it directly is what ``Task.call``
+# does (a sync function, ``call`` not overridden): None, call through the task.
+_TASKS: dict[tuple[int, str, str, str, int], tuple[Task[Any, Any], Any]] = {}
+_JOB_OF: dict[Any, tuple[type[RunTask], str]] = {}
 _OPTIONS: dict[tuple[str, str], tuple[dict[str, Any], _TaskOptions]] = {}
 
 
@@ -390,7 +499,8 @@ class RunTask(Job):
     def option_source(self) -> Any:
         """Tries, backoff, timeout, after-commit, result TTL: :attr:`options`."""
         found = self.__dict__.get("_option_source")
-        if found is None:  # asked ten times per push: looked up once per job
+        if found is None:  # asked ten times per push: looked up once per job (a dict
+            # lookup: a missing attribute's AttributeError costs more than the lookups)
             found = self.__dict__["_option_source"] = _options_of(self.backend, self.overrides)[1]
         return found
 
@@ -399,18 +509,27 @@ class RunTask(Job):
     def _records(self) -> _Records:
         return _records_for(_current.current(), self.options)
 
-    def _task(self) -> Task[Any, Any]:
+    def _resolved(self) -> tuple[Task[Any, Any], Any]:
+        found = self.__dict__.get("_tidings_task")
+        if found is not None:
+            return found  # type: ignore[no-any-return]
         app = _current.current()
         key = (id(app), self.function, self.backend, self.queue_name, self.task_priority)
         found = _TASKS.get(key)
         if found is None:  # resolved and validated once per process, not per run
-            found = _resolve_task(app, self.function, self.backend).using(
+            task = _resolve_task(app, self.function, self.backend).using(
                 queue_name=self.queue_name, priority=self.task_priority
             )
+            direct = type(task).call is Task.call and not inspect.iscoroutinefunction(task.func)
+            found = (task, task.func if direct else None)
             if len(_TASKS) > 4096:
                 _TASKS.clear()
             _TASKS[key] = found
+        self.__dict__["_tidings_task"] = found
         return found
+
+    def _task(self) -> Task[Any, Any]:
+        return self._resolved()[0]
 
     def identity(self) -> dict[str, str]:
         """The fields every record of this task has (the envelope carries them)."""
@@ -496,23 +615,23 @@ class RunTask(Job):
 
     def _running(self, earlier: dict[str, str], started: float) -> TaskResult[Any]:
         """This run's ``TaskResult`` as it starts (built from objects, nothing parsed
-        on a first attempt)."""
+        on a first attempt; the arguments are the envelope's, already normalised)."""
         workers = json.loads(earlier["worker_ids"]) if "worker_ids" in earlier else []
         workers.append(_worker_id())
         first = earlier.get("started_at")
-        return TaskResult(
-            task=self._task(),
-            id=self.job_id or "",
-            status=_RUNNING,
-            enqueued_at=_at(self.enqueued_at),
-            started_at=_when(first) if first else _at(started),
-            finished_at=None,
-            last_attempted_at=_at(started),
-            args=self.args,
-            kwargs=self.kwargs,
-            backend=self.backend,
-            errors=_errors_of(earlier.get("errors")),
-            worker_ids=workers,
+        attempted = _at(started)
+        return _json_result(
+            self._task(),
+            _RUNNING,
+            _at(self.enqueued_at),
+            _when(first) if first else attempted,
+            attempted,
+            self.args,
+            self.kwargs,
+            self.backend,
+            workers,
+            _errors_of(earlier.get("errors")),
+            self.job_id or "",
         )
 
     @staticmethod
@@ -543,8 +662,12 @@ class RunTask(Job):
         earlier = self._records().read(self.job_id or "") if self._reads_earlier() else {}
         result = self._running(earlier, started)
         task_started.send(sender=TidingsBackend, task_result=result)
+        direct = self._resolved()[1]
         try:
-            value = normalize_json(result.task.call(*self._call_args(result), **result.kwargs))
+            if direct is not None and not result.task.takes_context:
+                value = _normalized(direct(*result.args, **result.kwargs))
+            else:
+                value = _normalized(result.task.call(*self._call_args(result), **result.kwargs))
         except Exception as exc:
             final, fields = self._failed_attempt(exc, started)
             error = self._error(exc)
@@ -589,9 +712,7 @@ class RunAsyncTask(RunTask):
         result = self._running(earlier, started)
         await task_started.asend(sender=TidingsBackend, task_result=result)
         try:
-            value = normalize_json(
-                await result.task.acall(*self._call_args(result), **result.kwargs)
-            )
+            value = _normalized(await result.task.acall(*self._call_args(result), **result.kwargs))
         except (Exception, JobCancelled) as exc:
             final, fields = self._failed_attempt(exc, started)
             error = self._error(exc)
@@ -678,6 +799,8 @@ def listen_for_cancels(app: App) -> None:
 
 
 _LOOK = 8  # replies per queue of one get_result look
+# tidings.contrib.django.setup.get_app, imported on first use
+_get_app: Callable[[], App] | None = None
 
 
 class _Cancelled:
@@ -711,9 +834,12 @@ class TidingsBackend(BaseTaskBackend):
         self._validated: set[Task[Any, Any]] = set()
 
     def _app(self) -> App:
-        from tidings.contrib.django.setup import get_app
+        global _get_app
+        if _get_app is None:
+            from tidings.contrib.django.setup import get_app
 
-        return get_app()
+            _get_app = get_app
+        return _get_app()
 
     def _validate(self, task: Task[Any, Any]) -> None:
         """``validate_task``, once per task object (frozen, so its answer holds)."""
@@ -730,16 +856,23 @@ class TidingsBackend(BaseTaskBackend):
 
     def _pending(self, task: Task[Any, Any], args: Any, kwargs: Any, at: float) -> PendingDispatch:
         func = task.func
-        job_class = RunAsyncTask if inspect.iscoroutinefunction(func) else RunTask
+        found = _JOB_OF.get(func)
+        if found is None:  # once per function: its job class and its import path
+            job_class = RunAsyncTask if inspect.iscoroutinefunction(func) else RunTask
+            found = (job_class, f"{func.__module__}:{func.__qualname__}")
+            if len(_JOB_OF) > 4096:
+                _JOB_OF.clear()
+            _JOB_OF[func] = found
+        job_class, function = found
         job = job_class(
-            function=f"{func.__module__}:{func.__qualname__}",
+            function=function,
             args=args,
             kwargs=kwargs,
             backend=self.alias,
             queue_name=task.queue_name,
             task_priority=task.priority,
             enqueued_at=at,
-            overrides=(task.tidings_options() or None) if isinstance(task, TidingsTask) else None,
+            overrides=_overrides_of(task),
         )
         pending = PendingDispatch(job).on_queue(task.queue_name)
         if task.priority:
@@ -757,21 +890,16 @@ class TidingsBackend(BaseTaskBackend):
     def _ready(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
         """The result ``enqueue`` returns, before the push (Django normalises the
         arguments to JSON here, so a value JSON cannot hold fails before anything is
-        pushed); the id is set once the push gave one."""
-        return TaskResult(
-            task=task,
-            id="",
-            status=_READY,
-            enqueued_at=timezone.now(),
-            started_at=None,
-            finished_at=None,
-            last_attempted_at=None,
-            args=args,
-            kwargs=kwargs,
-            backend=self.alias,
-            errors=[],
-            worker_ids=[],
-        )
+        pushed; flat plain arguments are normalised by :func:`_plain_json`, to the same
+        values); the id is set once the push gave one."""
+        plain = _plain_json(args, kwargs)
+        if plain is None:
+            return TaskResult(
+                task=task, id="", status=_READY, enqueued_at=timezone.now(),
+                started_at=None, finished_at=None, last_attempted_at=None, args=args,
+                kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[],
+            )  # fmt: skip
+        return _json_result(task, _READY, timezone.now(), None, None, *plain, self.alias, [], [])
 
     def _prepare(
         self, task: Task[Any, Any], args: Any, kwargs: Any
