@@ -115,6 +115,25 @@ class Balancer:
     def _target(self, lim: PoolLimits) -> float:
         return lim.target_wait_s if lim.target_wait_s is not None else self.default_wait_s
 
+    def _eager(self, lim: PoolLimits, load: PoolLoad) -> int:
+        """What a pool with a target looser than the default goal would take of a spare
+        budget: enough to clear its backlog within the default goal (0: nothing more)."""
+        t = self.default_wait_s
+        if lim.target_wait_s is None or lim.target_wait_s <= t or load.backlog <= 0:
+            return 0
+        n = load.processes
+        used = max(0.0, min(1.0, load.busy)) * n
+        if used <= 0.05 or load.started_per_s <= 1e-6:
+            return n + self.max_shift if load.backlog > 0 and used <= 0.05 else 0
+        speed = load.started_per_s / used
+        clear = min(1e6, load.backlog / (speed * t))
+        need = used / GROW_USE + clear
+        wait = load.wait_p95_s
+        # A backlog of at least a process's worth beyond the goal: not a queueing blip.
+        if clear >= 1.0 and need > n + PRESSURE_CLEAR and (wait is None or wait > t / 4):
+            return max(n + 1, math.ceil(need - 1e-9))
+        return 0
+
     def _need(self, lim: PoolLimits, load: PoolLoad, now: float) -> tuple[int, str]:
         """The processes a pool needs (before bounds and sharing), and why."""
         n = load.processes
@@ -204,6 +223,20 @@ class Balancer:
         for name in wanted:
             if shared[name] < wanted[name]:
                 why[name] += f", {shared[name]} of the {self.budget} shared by load"
+        # Spare budget (what no pool needs for its target): a pool with a backlog and a
+        # target looser than the default goal may grow into it to clear the backlog
+        # within the default goal; it shrinks back by the usual rules once calm.
+        room = self.budget - sum(shared.values())
+        for name in sorted(self.limits, key=lambda n: self._target(self.limits[n])):
+            lim = self.limits[name]
+            if room <= 0 or name not in loads or any(t < self._target(lim) for t, _ in late):
+                continue  # (held: a pool with a tighter target is over it at its maximum)
+            eager = min(lim.max_processes, self._eager(lim, loads[name]))
+            extra = min(room, eager - shared[name])
+            if extra > 0:
+                shared[name] += extra
+                room -= extra
+                why[name] += f", +{extra} of the spare budget (backlog {loads[name].backlog})"
         targets = self._step(current, shared)
         reasons: dict[str, str] = {}
         for name, target in targets.items():
