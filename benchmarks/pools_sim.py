@@ -239,3 +239,12 @@ POOLS = [
     SimPool("reports", 2.0, 2, 0.5, 1800, 200, 2, 30.0),
     SimPool("webhooks", 0.1, 8, 40, 300, 2000, 3, None),
 ]
+
+# The issue's own example names no target in code and one in its dashboard line
+# ("mail: p95 wait 4.2 s > target 1 s"): the same pools with only that target.
+POOLS_ISSUE = [
+    SimPool("mail", 0.2, 4, 20, 600, 3000, 5, 1.0),
+    SimPool("default", 0.05, 8, 100, 900, 8000, 10, None),
+    SimPool("reports", 2.0, 2, 0.5, 1800, 200, 2, None),
+    SimPool("webhooks", 0.1, 8, 40, 300, 2000, 3, None),
+]

@@ -91,6 +91,7 @@ class Coordinator:
         self._window: dict[str, _Window] = {}
         self._seq = 0
         self._previous: dict[str, dict[str, int]] = {}
+        self._freed: dict[str, int] = {}  # per pool: grants of hosts gone, not yet regranted
         self.last_decision: Decision | None = None
         self._sampled_at = 0.0
 
@@ -224,6 +225,15 @@ class Coordinator:
         if not hosts:
             return
         states = [h for h, _ in hosts]
+        # A host gone (its report lapsed, or it left) frees its grants: capacity, not a
+        # load change. The balancer counts them as still running until the hosts left
+        # run them, so they are granted again at once, not paced by max_shift.
+        live = {h.host for h in states}
+        for host, grant in self._previous.items():
+            if host not in live:
+                for name, n in grant.items():
+                    self._freed[name] = self._freed.get(name, 0) + int(n)
+        self._previous = {h: g for h, g in self._previous.items() if h in live}
         queues = sorted({q for p in cfg.pools for q in p.queues})
         measured = self._measure(queues, now)
         backlog = self._backlog(queues)
@@ -252,6 +262,7 @@ class Coordinator:
                 mine = rep.get("pools", {}).get(p.name, {})
                 active += int(mine.get("active", 0))
                 running += int(mine.get("running", 0))
+            freed = self._freed.get(p.name, 0)
             w = self._window[p.name]
             span = max(1e-3, now - w.since)
             capacity = active * p.concurrency
@@ -260,9 +271,11 @@ class Coordinator:
             busy = running / capacity if capacity else 0.0
             if capacity and now - w.since >= 1.0:
                 busy = max(busy, min(1.0, w.run_s / (span * capacity)))
+            if freed:  # the same work over the processes counted
+                busy *= active / (active + freed)
             loads[p.name] = PoolLoad(
                 p.name,
-                active,
+                active + freed,
                 wait_p95_s=p95_s(w.hist),
                 backlog=sum(backlog[q] for q in p.queues),
                 started_per_s=w.started / span,
@@ -274,6 +287,10 @@ class Coordinator:
                 self._window[p.name] = _Window(since=now)
             self.last_decision = decision
         shares = split(cfg.pools, decision.targets, states, self._previous)
+        for p in cfg.pools:  # freed grants count until the hosts left run them
+            granted = sum(s.get(p.name, 0) for s in shares.values())
+            running = loads[p.name].processes - self._freed.get(p.name, 0)
+            self._freed[p.name] = min(self._freed.get(p.name, 0), max(0, granted - running))
         self._seq += 1
         plan = {"seq": self._seq, "at": time.time(), "leader": self.host, "hosts": shares,
                 "targets": decision.targets}  # fmt: skip
