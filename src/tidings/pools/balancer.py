@@ -130,7 +130,7 @@ class Balancer:
         need = used / GROW_USE + clear
         wait = load.wait_p95_s
         # A backlog of at least a process's worth beyond the goal: not a queueing blip.
-        if clear >= 1.0 and need > n + PRESSURE_CLEAR and (wait is None or wait > t / 4):
+        if clear >= 2.0 and need > n + PRESSURE_CLEAR and wait is not None and wait > t:
             return max(n + 1, math.ceil(need - 1e-9))
         return 0
 
