@@ -60,7 +60,7 @@ def run_sim(hours: float, seeds: int) -> None:
         _run_sim(pools, hours, seeds)
 
 
-def _run_sim(POOLS: list[SimPool], hours: float, seeds: int) -> None:  # noqa: N803
+def _run_sim(POOLS: list[SimPool], hours: float, seeds: int) -> None:
     print(f"\n## simulation: {len(POOLS)} pools, {hours:g} h of bursty arrivals, {seeds} seeds "
           "(budget 16 processes, each pool 1..10, start-up 1 s)")  # fmt: skip
     rows = [("horizon time (3 s, shift 1)", "horizon", 1),
