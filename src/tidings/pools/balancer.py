@@ -26,9 +26,15 @@ for: a worker starved of CPU holds its jobs reserved, late, with its queue empty
 
 Bounds: each pool stays within ``[min_processes, max_processes]``; the pools together
 stay within ``budget``; when their needs add up to more, each gets its minimum and the
-rest is shared in proportion to their need above it (the measured load). A decision is
-taken at most once per ``cooldown_s`` and moves each pool by at most ``max_shift``.
-Shrinks are applied before growths, and growths only into the room left.
+rest is shared in proportion to their need above it (the measured load). Every call
+judges every pool, but a pool moves at most once per ``cooldown_s`` and by at most
+``max_shift`` (a burst on one pool is answered at the next step, not at the next cooldown
+shared by all). Shrinks are applied before growths, and growths only into the room left.
+
+Spare budget: a pool whose target is looser than the default goal, with a p95 past that
+goal and a backlog of three processes' worth beyond it, may grow into the budget no pool
+needs for its own target, to clear the backlog within the default goal; the usual
+shrinking rules bring it back once calm.
 """
 
 from __future__ import annotations
@@ -81,6 +87,7 @@ class Decision:
 class _Memory:
     last_at: float | None = None
     grew_at: dict[str, float] = field(default_factory=dict)
+    moved_at: dict[str, float] = field(default_factory=dict)
     low_since: dict[str, float] = field(default_factory=dict)
     recent: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # (at, used)
 
@@ -129,8 +136,8 @@ class Balancer:
         clear = min(1e6, load.backlog / (speed * t))
         need = used / GROW_USE + clear
         wait = load.wait_p95_s
-        # A backlog of at least a process's worth beyond the goal: not a queueing blip.
-        if clear >= 2.0 and need > n + PRESSURE_CLEAR and wait is not None and wait > t:
+        # A backlog of three processes' worth beyond the goal: not a queueing blip.
+        if clear >= 3.0 and need > n + PRESSURE_CLEAR and wait is not None and wait > t:
             return max(n + 1, math.ceil(need - 1e-9))
         return 0
 
@@ -189,7 +196,10 @@ class Balancer:
             used = max(0.0, min(1.0, load.busy)) * load.processes
             kept = [(at, u) for at, u in mem.recent.get(name, []) if at >= now - hold]
             mem.recent[name] = [*kept, (now, used)]
-        if mem.last_at is not None and now - mem.last_at < self.cooldown_s:
+        # Each pool moves at most once per cooldown; the others are judged at every call,
+        # so a burst is answered at the next step, not at the next shared cooldown.
+        frozen = {n for n, at in mem.moved_at.items() if now - at < self.cooldown_s}
+        if frozen >= set(self.limits):
             return Decision(now, current, {n: "cooling down" for n in current}, False, False)
         mem.last_at = now
         wanted: dict[str, int] = {}
@@ -237,12 +247,16 @@ class Balancer:
                 shared[name] += extra
                 room -= extra
                 why[name] += f", +{extra} of the spare budget (backlog {loads[name].backlog})"
-        targets = self._step(current, shared)
+        for name in frozen:
+            why[name] = "cooling down"
+        targets = self._step(current, shared, frozen)
         reasons: dict[str, str] = {}
         for name, target in targets.items():
             delta = target - current[name]
             move = f"{delta:+d} process{'es' if abs(delta) != 1 else ''}" if delta else "no change"
             reasons[name] = f"{name}: {why[name]}, {move}"
+            if delta:
+                mem.moved_at[name] = now
             if delta > 0:
                 mem.grew_at[name] = now
                 mem.low_since.pop(name, None)
@@ -279,13 +293,18 @@ class Balancer:
             break
         return out
 
-    def _step(self, current: dict[str, int], shared: dict[str, int]) -> dict[str, int]:
-        """At most ``max_shift`` per pool; shrinks first, growths into the room left."""
+    def _step(
+        self, current: dict[str, int], shared: dict[str, int], frozen: set[str]
+    ) -> dict[str, int]:
+        """At most ``max_shift`` per pool; shrinks first, growths into the room left;
+        pools that moved within the cooldown stay (bounds apart)."""
         out: dict[str, int] = {}
         for n, want in shared.items():
             lim = self.limits[n]
             cur = current[n]
-            if want < cur:
+            if n in frozen:
+                out[n] = cur
+            elif want < cur:
                 out[n] = max(want, cur - self.max_shift, lim.min_processes)
             else:
                 out[n] = max(cur, lim.min_processes) if cur < lim.min_processes else cur
@@ -301,7 +320,7 @@ class Balancer:
                 break
             out[max(over, key=lambda n: out[n] - shared[n])] -= 1
         room = self.budget - sum(out.values())
-        growing = sorted((n for n in shared if shared[n] > out[n]),
+        growing = sorted((n for n in shared if shared[n] > out[n] and n not in frozen),
                          key=lambda n: shared[n] - out[n], reverse=True)  # fmt: skip
         for n in growing:
             if room <= 0:

@@ -88,7 +88,9 @@ class Coordinator:
         self.leader = False
         self.balancer: Balancer | None = None
         self._seen: dict[tuple[str, int], Counts] = {}
-        self._window: dict[str, _Window] = {}
+        self._window: dict[str, _Window] = {}  # per pool: the last cooldown's measures
+        self._steps: dict[str, list[_Window]] = {}  # per pool: each step's, for a cooldown
+        self._first: dict[str, float] = {}  # per pool: when this term began measuring
         self._seq = 0
         self._previous: dict[str, dict[str, int]] = {}
         self._freed: dict[str, int] = {}  # per pool: grants of hosts gone, not yet regranted
@@ -126,6 +128,7 @@ class Coordinator:
             if not self.leader:
                 self.leader = True
                 self.balancer = None  # a new term starts from what it measures
+                self._steps, self._first = {}, {}
                 self._take_over()
             self._lead(now)
         else:
@@ -237,13 +240,22 @@ class Coordinator:
         queues = sorted({q for p in cfg.pools for q in p.queues})
         measured = self._measure(queues, now)
         backlog = self._backlog(queues)
-        for p in cfg.pools:
-            w = self._window.setdefault(p.name, _Window(since=now))
+        for p in cfg.pools:  # this step's measures, kept for one cooldown
+            step = _Window(since=now)
             for q in p.queues:
                 hist, n, ran = measured[q]
-                w.hist = [a + b for a, b in zip(w.hist, hist, strict=True)]
-                w.started += n
-                w.run_s += ran
+                step.hist = [a + b for a, b in zip(step.hist, hist, strict=True)]
+                step.started += n
+                step.run_s += ran
+            kept = [s for s in self._steps.get(p.name, []) if s.since > now - cfg.cooldown_s]
+            self._steps[p.name] = [*kept, step]
+            first = self._first.setdefault(p.name, now)
+            w = _Window(since=max(first, now - cfg.cooldown_s))
+            for s in self._steps[p.name]:
+                w.hist = [a + b for a, b in zip(w.hist, s.hist, strict=True)]
+                w.started += s.started
+                w.run_s += s.run_s
+            self._window[p.name] = w
         bounds = limits_over(cfg.pools, len(states))
         limits = [PoolLimits(p.name, *bounds[p.name], p.target_wait_s) for p in cfg.pools]
         budget = sum(h.max_processes for h in states)
@@ -283,8 +295,6 @@ class Coordinator:
             )
         decision = self.balancer.decide(loads, now)
         if decision.decided:
-            for p in cfg.pools:  # the next decision measures from here
-                self._window[p.name] = _Window(since=now)
             self.last_decision = decision
         shares = split(cfg.pools, decision.targets, states, self._previous)
         for p in cfg.pools:  # freed grants count until the hosts left run them
