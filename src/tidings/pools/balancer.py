@@ -48,6 +48,8 @@ SHRINK_USE = 0.6
 SHRINK_HOLD_COOLDOWNS = 2.0
 PRESSURE_CLEAR = 0.25  # processes needed beyond those running before a backlog grows a pool
 CALM_CLEAR = 0.1
+REGROW_S = 10.0  # cooldowns: a growth this soon after a shrink undoes it
+REGROW_RELEASE = 0.5  # ... and waits for the load to stay under half for REGROW_S cooldowns
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,9 @@ class _Memory:
     grew_at: dict[str, float] = field(default_factory=dict)
     moved_at: dict[str, float] = field(default_factory=dict)
     low_since: dict[str, float] = field(default_factory=dict)
+    shrunk: dict[str, tuple[float, int, float]] = field(default_factory=dict)  # at, from, used
+    floor: dict[str, tuple[int, float]] = field(default_factory=dict)  # processes, used
+    floor_low: dict[str, float] = field(default_factory=dict)  # load under half since
     recent: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # (at, used)
 
 
@@ -176,6 +181,17 @@ class Balancer:
         mean, peak = sum(seen) / len(seen), max(seen)
         room = max(mean / SHRINK_USE, peak / GROW_USE) + clear
         down = max(1 if peak > 0 else 0, math.ceil(room - 1e-9))
+        floor = self._mem.floor.get(lim.name)
+        if floor is not None:
+            # A shrink that had to be undone is not repeated until the load falls to half
+            # of what it was then.
+            if peak >= floor[1] * REGROW_RELEASE:
+                self._mem.floor_low.pop(lim.name, None)
+            elif now - self._mem.floor_low.setdefault(lim.name, now) >= REGROW_S * self.cooldown_s:
+                del self._mem.floor[lim.name]
+                floor = None
+            if floor is not None:
+                down = max(down, floor[0])
         if down >= n:
             return n, f"{why_wait}, busy {load.busy:.0%}: steady"
         grew = self._mem.grew_at.get(lim.name)
@@ -257,7 +273,14 @@ class Balancer:
             reasons[name] = f"{name}: {why[name]}, {move}"
             if delta:
                 mem.moved_at[name] = now
+            if delta < 0:
+                used_now = sum(u for _, u in mem.recent.get(name, [])) / max(
+                    1, len(mem.recent.get(name, [])))
+                mem.shrunk[name] = (now, current[name], used_now)
             if delta > 0:
+                shrunk = mem.shrunk.pop(name, None)
+                if shrunk is not None and now - shrunk[0] <= REGROW_S * self.cooldown_s:
+                    mem.floor[name] = (shrunk[1], shrunk[2])  # that shrink was wrong
                 mem.grew_at[name] = now
                 mem.low_since.pop(name, None)
             # A shrink keeps the calm's start: a pool still calm goes on shrinking.
