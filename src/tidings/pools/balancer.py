@@ -19,6 +19,9 @@ How a pool's need is estimated (``T`` = its ``target_wait_s``, else ``default_wa
   for two cooldowns, never within two cooldowns of growing, and only to what the last
   two cooldowns used: on average at 60 % use and at their busiest at 80 %. A steady
   load, noise included, stays inside the band between the two rules: nothing moves.
+* A shrink undone within ``REGROW_S`` cooldowns was wrong: the pool keeps the size it
+  shrank from until its load stays under half of what it was then for ``REGROW_S``
+  cooldowns.
 
 Tighter targets first: while a pool with a tighter ``target_wait_s`` is over it at its
 ``max_processes``, pools with looser or no targets do not grow. (No backlog is asked
