@@ -105,3 +105,37 @@ def test_the_dashboard_pools_page_shows_processes_and_reasons(
     assert "processes per pool" in page.text and "<svg" in page.text
     assert "mail: p95 wait 5 s &gt; target 1 s" in page.text
     assert 'href="/pools" class="on"' in page.text
+
+
+def test_a_dead_hosts_share_is_granted_again_at_once_not_paced_by_max_shift(
+    redis_url: str, redis_client: redis.Redis, prefix: str
+) -> None:
+    pools = [Pool("mail", ["mail"], min_processes=1, max_processes=4, max_processes_total=4),
+             Pool("default", ["default"], min_processes=1, max_processes=1)]  # fmt: skip
+    app = App(env=False, redis_url=redis_url, key="k" * 32, prefix=prefix, pools=pools,
+              max_processes=5, cooldown_s=10.0, max_shift=1, lease_s=1.0)  # fmt: skip
+    try:
+        a, b = coordinator(app, redis_client), coordinator(app, redis_client)
+        t0 = time.time()
+        a.step({"mail": LocalPool(1, 1, 0), "default": LocalPool(1, 1, 0)}, t0)
+        b.step({"mail": LocalPool(3, 3, 0), "default": LocalPool(1, 1, 0)}, t0)
+        assert a.leader
+        share = a.step({"mail": LocalPool(1, 1, 0), "default": LocalPool(1, 1, 0)}, t0 + 0.1)
+        assert share == {"mail": 1, "default": 1}
+        assert b.step({"mail": LocalPool(3, 3, 0), "default": LocalPool(1, 1, 0)}, t0) == {
+            "mail": 3, "default": 1}
+        # b dies (stops reporting): its record lapses within the lease.
+        deadline = time.monotonic() + 10
+        while b.host in [h.host for h, _ in a.hosts()]:
+            assert time.monotonic() < deadline, "b's report never lapsed"
+            time.sleep(0.1)
+        # Within the cooldown (10 s) and with max_shift 1, a is granted b's 3 at once:
+        # capacity freed by a dead host is not a load change.
+        share = a.step({"mail": LocalPool(1, 1, 0), "default": LocalPool(1, 1, 0)}, t0 + 2)
+        assert share == {"mail": 4, "default": 1}
+        # Once a runs them, the freed grant is spent: the pool is 4, not 4 + 3.
+        share = a.step({"mail": LocalPool(4, 4, 0), "default": LocalPool(1, 1, 0)}, t0 + 3)
+        assert share == {"mail": 4, "default": 1}
+        assert a._freed == {"mail": 0, "default": 0}
+    finally:
+        app.close()

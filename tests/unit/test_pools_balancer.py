@@ -57,13 +57,19 @@ def test_targets_stay_within_bounds_and_move_at_most_max_shift(
             assert sum(d.targets.values()) <= budget
 
 
-def test_within_the_cooldown_nothing_moves() -> None:
+def test_within_its_cooldown_a_pool_that_moved_does_not_move_but_the_others_may() -> None:
     b = Balancer(LIMITS, budget=20, cooldown_s=3.0, max_shift=2)
     hot = {"a": PoolLoad("a", 1, 9.0, 1000, 10.0, 1.0)}
     first = b.decide(hot, now=100.0)
     assert first.targets["a"] == 3 and first.changed
-    again = b.decide({"a": PoolLoad("a", 3, 9.0, 1000, 30.0, 1.0)}, now=102.0)
-    assert not again.decided and again.targets["a"] == 3
+    # One second later a burst on c: c grows at once; a (moved 1 s ago) holds.
+    burst = {"a": PoolLoad("a", 3, 9.0, 1000, 30.0, 1.0), "c": PoolLoad("c", 0, None, 500)}
+    again = b.decide(burst, now=101.0)
+    assert again.targets["a"] == 3 and "cooling down" in again.reasons["a"]
+    assert again.targets["c"] == 2
+    held = b.decide({"a": PoolLoad("a", 3, 9.0, 1000, 30.0, 1.0),
+                     "c": PoolLoad("c", 2, 0.5, 500, 100.0, 1.0)}, now=102.0)  # fmt: skip
+    assert held.targets == {"a": 3, "b": 2, "c": 2} and not held.changed
     later = b.decide({"a": PoolLoad("a", 3, 9.0, 1000, 30.0, 1.0)}, now=103.0)
     assert later.targets["a"] == 5
 

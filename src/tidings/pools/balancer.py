@@ -19,6 +19,9 @@ How a pool's need is estimated (``T`` = its ``target_wait_s``, else ``default_wa
   for two cooldowns, never within two cooldowns of growing, and only to what the last
   two cooldowns used: on average at 60 % use and at their busiest at 80 %. A steady
   load, noise included, stays inside the band between the two rules: nothing moves.
+* A shrink undone within ``REGROW_S`` cooldowns was wrong: the pool keeps the size it
+  shrank from until its load stays under half of what it was then for ``REGROW_S``
+  cooldowns.
 
 Tighter targets first: while a pool with a tighter ``target_wait_s`` is over it at its
 ``max_processes``, pools with looser or no targets do not grow. (No backlog is asked
@@ -26,9 +29,15 @@ for: a worker starved of CPU holds its jobs reserved, late, with its queue empty
 
 Bounds: each pool stays within ``[min_processes, max_processes]``; the pools together
 stay within ``budget``; when their needs add up to more, each gets its minimum and the
-rest is shared in proportion to their need above it (the measured load). A decision is
-taken at most once per ``cooldown_s`` and moves each pool by at most ``max_shift``.
-Shrinks are applied before growths, and growths only into the room left.
+rest is shared in proportion to their need above it (the measured load). Every call
+judges every pool, but a pool moves at most once per ``cooldown_s`` and by at most
+``max_shift`` (a burst on one pool is answered at the next step, not at the next cooldown
+shared by all). Shrinks are applied before growths, and growths only into the room left.
+
+Spare budget: a pool whose target is looser than the default goal, with a p95 past that
+goal and a backlog of three processes' worth beyond it, may grow into the budget no pool
+needs for its own target, to clear the backlog within the default goal; the usual
+shrinking rules bring it back once calm.
 """
 
 from __future__ import annotations
@@ -42,6 +51,8 @@ SHRINK_USE = 0.6
 SHRINK_HOLD_COOLDOWNS = 2.0
 PRESSURE_CLEAR = 0.25  # processes needed beyond those running before a backlog grows a pool
 CALM_CLEAR = 0.1
+REGROW_S = 10.0  # cooldowns: a growth this soon after a shrink undoes it
+REGROW_RELEASE = 0.5  # ... and waits for the load to stay under half for REGROW_S cooldowns
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +92,11 @@ class Decision:
 class _Memory:
     last_at: float | None = None
     grew_at: dict[str, float] = field(default_factory=dict)
+    moved_at: dict[str, float] = field(default_factory=dict)
     low_since: dict[str, float] = field(default_factory=dict)
+    shrunk: dict[str, tuple[float, int, float]] = field(default_factory=dict)  # at, from, used
+    floor: dict[str, tuple[int, float]] = field(default_factory=dict)  # processes, used
+    floor_low: dict[str, float] = field(default_factory=dict)  # load under half since
     recent: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # (at, used)
 
 
@@ -114,6 +129,25 @@ class Balancer:
 
     def _target(self, lim: PoolLimits) -> float:
         return lim.target_wait_s if lim.target_wait_s is not None else self.default_wait_s
+
+    def _eager(self, lim: PoolLimits, load: PoolLoad) -> int:
+        """What a pool with a target looser than the default goal would take of a spare
+        budget: enough to clear its backlog within the default goal (0: nothing more)."""
+        t = self.default_wait_s
+        if lim.target_wait_s is None or lim.target_wait_s <= t or load.backlog <= 0:
+            return 0
+        n = load.processes
+        used = max(0.0, min(1.0, load.busy)) * n
+        if used <= 0.05 or load.started_per_s <= 1e-6:
+            return n + self.max_shift if load.backlog > 0 and used <= 0.05 else 0
+        speed = load.started_per_s / used
+        clear = min(1e6, load.backlog / (speed * t))
+        need = used / GROW_USE + clear
+        wait = load.wait_p95_s
+        # A backlog of three processes' worth beyond the goal: not a queueing blip.
+        if clear >= 3.0 and need > n + PRESSURE_CLEAR and wait is not None and wait > t:
+            return max(n + 1, math.ceil(need - 1e-9))
+        return 0
 
     def _need(self, lim: PoolLimits, load: PoolLoad, now: float) -> tuple[int, str]:
         """The processes a pool needs (before bounds and sharing), and why."""
@@ -150,6 +184,17 @@ class Balancer:
         mean, peak = sum(seen) / len(seen), max(seen)
         room = max(mean / SHRINK_USE, peak / GROW_USE) + clear
         down = max(1 if peak > 0 else 0, math.ceil(room - 1e-9))
+        floor = self._mem.floor.get(lim.name)
+        if floor is not None:
+            # A shrink that had to be undone is not repeated until the load falls to half
+            # of what it was then.
+            if peak >= floor[1] * REGROW_RELEASE:
+                self._mem.floor_low.pop(lim.name, None)
+            elif now - self._mem.floor_low.setdefault(lim.name, now) >= REGROW_S * self.cooldown_s:
+                del self._mem.floor[lim.name]
+                floor = None
+            if floor is not None:
+                down = max(down, floor[0])
         if down >= n:
             return n, f"{why_wait}, busy {load.busy:.0%}: steady"
         grew = self._mem.grew_at.get(lim.name)
@@ -170,7 +215,10 @@ class Balancer:
             used = max(0.0, min(1.0, load.busy)) * load.processes
             kept = [(at, u) for at, u in mem.recent.get(name, []) if at >= now - hold]
             mem.recent[name] = [*kept, (now, used)]
-        if mem.last_at is not None and now - mem.last_at < self.cooldown_s:
+        # Each pool moves at most once per cooldown; the others are judged at every call,
+        # so a burst is answered at the next step, not at the next shared cooldown.
+        frozen = {n for n, at in mem.moved_at.items() if now - at < self.cooldown_s}
+        if frozen >= set(self.limits):
             return Decision(now, current, {n: "cooling down" for n in current}, False, False)
         mem.last_at = now
         wanted: dict[str, int] = {}
@@ -204,13 +252,38 @@ class Balancer:
         for name in wanted:
             if shared[name] < wanted[name]:
                 why[name] += f", {shared[name]} of the {self.budget} shared by load"
-        targets = self._step(current, shared)
+        # Spare budget (what no pool needs for its target): a pool with a backlog and a
+        # target looser than the default goal may grow into it to clear the backlog
+        # within the default goal; it shrinks back by the usual rules once calm.
+        room = self.budget - sum(shared.values())
+        for name in sorted(self.limits, key=lambda n: self._target(self.limits[n])):
+            lim = self.limits[name]
+            if room <= 0 or name not in loads or any(t < self._target(lim) for t, _ in late):
+                continue  # (held: a pool with a tighter target is over it at its maximum)
+            eager = min(lim.max_processes, self._eager(lim, loads[name]))
+            extra = min(room, eager - shared[name])
+            if extra > 0:
+                shared[name] += extra
+                room -= extra
+                why[name] += f", +{extra} of the spare budget (backlog {loads[name].backlog})"
+        for name in frozen:
+            why[name] = "cooling down"
+        targets = self._step(current, shared, frozen)
         reasons: dict[str, str] = {}
         for name, target in targets.items():
             delta = target - current[name]
             move = f"{delta:+d} process{'es' if abs(delta) != 1 else ''}" if delta else "no change"
             reasons[name] = f"{name}: {why[name]}, {move}"
+            if delta:
+                mem.moved_at[name] = now
+            if delta < 0:
+                used_now = sum(u for _, u in mem.recent.get(name, [])) / max(
+                    1, len(mem.recent.get(name, [])))
+                mem.shrunk[name] = (now, current[name], used_now)
             if delta > 0:
+                shrunk = mem.shrunk.pop(name, None)
+                if shrunk is not None and now - shrunk[0] <= REGROW_S * self.cooldown_s:
+                    mem.floor[name] = (shrunk[1], shrunk[2])  # that shrink was wrong
                 mem.grew_at[name] = now
                 mem.low_since.pop(name, None)
             # A shrink keeps the calm's start: a pool still calm goes on shrinking.
@@ -246,13 +319,18 @@ class Balancer:
             break
         return out
 
-    def _step(self, current: dict[str, int], shared: dict[str, int]) -> dict[str, int]:
-        """At most ``max_shift`` per pool; shrinks first, growths into the room left."""
+    def _step(
+        self, current: dict[str, int], shared: dict[str, int], frozen: set[str]
+    ) -> dict[str, int]:
+        """At most ``max_shift`` per pool; shrinks first, growths into the room left;
+        pools that moved within the cooldown stay (bounds apart)."""
         out: dict[str, int] = {}
         for n, want in shared.items():
             lim = self.limits[n]
             cur = current[n]
-            if want < cur:
+            if n in frozen:
+                out[n] = cur
+            elif want < cur:
                 out[n] = max(want, cur - self.max_shift, lim.min_processes)
             else:
                 out[n] = max(cur, lim.min_processes) if cur < lim.min_processes else cur
@@ -268,7 +346,7 @@ class Balancer:
                 break
             out[max(over, key=lambda n: out[n] - shared[n])] -= 1
         room = self.budget - sum(out.values())
-        growing = sorted((n for n in shared if shared[n] > out[n]),
+        growing = sorted((n for n in shared if shared[n] > out[n] and n not in frozen),
                          key=lambda n: shared[n] - out[n], reverse=True)  # fmt: skip
         for n in growing:
             if room <= 0:

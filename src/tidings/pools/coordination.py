@@ -88,9 +88,12 @@ class Coordinator:
         self.leader = False
         self.balancer: Balancer | None = None
         self._seen: dict[tuple[str, int], Counts] = {}
-        self._window: dict[str, _Window] = {}
+        self._window: dict[str, _Window] = {}  # per pool: the last cooldown's measures
+        self._steps: dict[str, list[_Window]] = {}  # per pool: each step's, for a cooldown
+        self._first: dict[str, float] = {}  # per pool: when this term began measuring
         self._seq = 0
         self._previous: dict[str, dict[str, int]] = {}
+        self._freed: dict[str, int] = {}  # per pool: grants of hosts gone, not yet regranted
         self.last_decision: Decision | None = None
         self._sampled_at = 0.0
 
@@ -125,6 +128,7 @@ class Coordinator:
             if not self.leader:
                 self.leader = True
                 self.balancer = None  # a new term starts from what it measures
+                self._steps, self._first = {}, {}
                 self._take_over()
             self._lead(now)
         else:
@@ -224,16 +228,34 @@ class Coordinator:
         if not hosts:
             return
         states = [h for h, _ in hosts]
+        # A host gone (its report lapsed, or it left) frees its grants: capacity, not a
+        # load change. The balancer counts them as still running until the hosts left
+        # run them, so they are granted again at once, not paced by max_shift.
+        live = {h.host for h in states}
+        for host, grant in self._previous.items():
+            if host not in live:
+                for name, n in grant.items():
+                    self._freed[name] = self._freed.get(name, 0) + int(n)
+        self._previous = {h: g for h, g in self._previous.items() if h in live}
         queues = sorted({q for p in cfg.pools for q in p.queues})
         measured = self._measure(queues, now)
         backlog = self._backlog(queues)
-        for p in cfg.pools:
-            w = self._window.setdefault(p.name, _Window(since=now))
+        for p in cfg.pools:  # this step's measures, kept for one cooldown
+            step = _Window(since=now)
             for q in p.queues:
                 hist, n, ran = measured[q]
-                w.hist = [a + b for a, b in zip(w.hist, hist, strict=True)]
-                w.started += n
-                w.run_s += ran
+                step.hist = [a + b for a, b in zip(step.hist, hist, strict=True)]
+                step.started += n
+                step.run_s += ran
+            kept = [s for s in self._steps.get(p.name, []) if s.since > now - cfg.cooldown_s]
+            self._steps[p.name] = [*kept, step]
+            first = self._first.setdefault(p.name, now)
+            w = _Window(since=max(first, now - cfg.cooldown_s))
+            for s in self._steps[p.name]:
+                w.hist = [a + b for a, b in zip(w.hist, s.hist, strict=True)]
+                w.started += s.started
+                w.run_s += s.run_s
+            self._window[p.name] = w
         bounds = limits_over(cfg.pools, len(states))
         limits = [PoolLimits(p.name, *bounds[p.name], p.target_wait_s) for p in cfg.pools]
         budget = sum(h.max_processes for h in states)
@@ -252,6 +274,7 @@ class Coordinator:
                 mine = rep.get("pools", {}).get(p.name, {})
                 active += int(mine.get("active", 0))
                 running += int(mine.get("running", 0))
+            freed = self._freed.get(p.name, 0)
             w = self._window[p.name]
             span = max(1e-3, now - w.since)
             capacity = active * p.concurrency
@@ -260,9 +283,11 @@ class Coordinator:
             busy = running / capacity if capacity else 0.0
             if capacity and now - w.since >= 1.0:
                 busy = max(busy, min(1.0, w.run_s / (span * capacity)))
+            if freed:  # the same work over the processes counted
+                busy *= active / (active + freed)
             loads[p.name] = PoolLoad(
                 p.name,
-                active,
+                active + freed,
                 wait_p95_s=p95_s(w.hist),
                 backlog=sum(backlog[q] for q in p.queues),
                 started_per_s=w.started / span,
@@ -270,10 +295,12 @@ class Coordinator:
             )
         decision = self.balancer.decide(loads, now)
         if decision.decided:
-            for p in cfg.pools:  # the next decision measures from here
-                self._window[p.name] = _Window(since=now)
             self.last_decision = decision
         shares = split(cfg.pools, decision.targets, states, self._previous)
+        for p in cfg.pools:  # freed grants count until the hosts left run them
+            granted = sum(s.get(p.name, 0) for s in shares.values())
+            running = loads[p.name].processes - self._freed.get(p.name, 0)
+            self._freed[p.name] = min(self._freed.get(p.name, 0), max(0, granted - running))
         self._seq += 1
         plan = {"seq": self._seq, "at": time.time(), "leader": self.host, "hosts": shares,
                 "targets": decision.targets}  # fmt: skip
