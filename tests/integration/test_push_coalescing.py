@@ -21,7 +21,6 @@ from tidings.moves.queues import RedisQueue
 
 from .test_lua_scripts import envelope
 
-
 WAIT_S = 30.0
 
 

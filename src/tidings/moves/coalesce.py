@@ -44,7 +44,7 @@ def _own_error(exc: BaseException) -> BaseException:
 
 
 class _Batch:
-    __slots__ = ("items", "turn", "done", "error", "size")
+    __slots__ = ("done", "error", "items", "turn")
 
     def __init__(self) -> None:
         self.items: list[Item] = []
