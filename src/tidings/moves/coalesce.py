@@ -43,13 +43,20 @@ def _own_error(exc: BaseException) -> BaseException:
     return copy
 
 
+def _closed() -> threading.Lock:
+    """A held lock: a one-shot gate (cheaper than an ``Event``: no condition)."""
+    gate = threading.Lock()
+    gate.acquire()
+    return gate
+
+
 class _Batch:
-    __slots__ = ("done", "error", "items", "turn")
+    __slots__ = ("error", "gates", "items", "turn")
 
     def __init__(self) -> None:
         self.items: list[Item] = []
-        self.turn = threading.Event()  # the batch's first producer may send it
-        self.done = threading.Event()  # the batch has landed (or failed)
+        self.turn = _closed()  # released when the batch's first producer may send it
+        self.gates: list[threading.Lock] = []  # one per other producer: released on landing
         self.error: BaseException | None = None
 
 
@@ -101,20 +108,23 @@ class PushCoalescer:
                     waiting.append(batch)
                     leads = True
                 batch.items.append(item)
+                if not leads:
+                    gate = _closed()
+                    batch.gates.append(gate)
         if batch is None:  # nothing in flight: send now
             self._fly(queue, lane, [item], None)
             return
         if leads:
             try:
-                batch.turn.wait()
+                batch.turn.acquire()
             except BaseException:
                 # Interrupted (KeyboardInterrupt): others wait on this batch; send it first.
-                batch.turn.wait()
+                batch.turn.acquire()
                 self._fly(queue, lane, batch.items, batch)
                 raise
             self._fly(queue, lane, batch.items, batch)
         else:
-            batch.done.wait()
+            gate.acquire()
         if batch.error is not None:
             raise _own_error(batch.error)
 
@@ -134,9 +144,10 @@ class PushCoalescer:
                 if following is None:
                     lane.busy = False
             if batch is not None:
-                batch.done.set()
+                for gate in batch.gates:
+                    gate.release()
             if following is not None:
-                following.turn.set()
+                following.turn.release()
         if error is not None and batch is None:
             raise error
 
