@@ -229,3 +229,23 @@ def test_delayed_and_priority_pushes_take_the_direct_path(rq: RedisQueue) -> Non
     rq.push("q", [("b1", env("b")), ("b2", env("b"))])
     assert gated.batches == []
     assert ready_ids(rq, "q") == ["b1", "b2"]
+
+
+def test_many_short_lived_producer_threads_keep_pushing(rq: RedisQueue) -> None:
+    """A thread-per-request server: every push from a new thread. The per-thread
+    connections must not count against the pool's max_connections (100), or the 101st
+    thread's push fails with "Too many connections"."""
+    errors: list[BaseException] = []
+
+    def produce(n: int) -> None:
+        try:
+            rq.push("q", [(f"t{n:03d}", env("t"))])
+        except BaseException as exc:
+            errors.append(exc)
+
+    for n in range(160):
+        t = threading.Thread(target=produce, args=(n,))
+        t.start()
+        t.join(WAIT_S)
+    assert not errors, errors[:1]
+    assert len(ready_ids(rq, "q")) == 160
