@@ -98,8 +98,9 @@ def main() -> None:
         rw = sorted(b / a for a, b in zip(wall[True], wall[False], strict=True))
         q = len(rc) // 4
         print(
-            f"  on / off per round: CPU/job {statistics.median(rc):.3f}x [{rc[0]:.3f}-{rc[-1]:.3f}, "
-            f"middle half {rc[q]:.3f}-{rc[-1 - q]:.3f}]; drain time {statistics.median(rw):.3f}x "
+            f"  on / off per round: CPU/job {statistics.median(rc):.3f}x "
+            f"[{rc[0]:.3f}-{rc[-1]:.3f}, middle half {rc[q]:.3f}-{rc[-1 - q]:.3f}]; "
+            f"drain time {statistics.median(rw):.3f}x "
             f"[{rw[0]:.3f}-{rw[-1]:.3f}, middle half {rw[q]:.3f}-{rw[-1 - q]:.3f}]"
         )
         off = statistics.median(cpu[False])
