@@ -8,6 +8,8 @@ jobs keep their order; a dead Redis fails every waiting producer and leaves noth
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -249,3 +251,36 @@ def test_many_short_lived_producer_threads_keep_pushing(rq: RedisQueue) -> None:
         t.join(WAIT_S)
     assert not errors, errors[:1]
     assert len(ready_ids(rq, "q")) == 160
+
+
+def test_a_forked_child_does_not_wait_on_its_parents_flight(rq: RedisQueue) -> None:
+    gated = Gated(rq)
+    parent = threading.Thread(target=lambda: rq.push("q", [("parent", env("p"))]))
+    parent.start()
+    try:
+        wait_until(lambda: len(gated.batches) == 1, "the parent's push to be in flight")
+        pid = os.fork()
+        if pid == 0:  # the child: the lane it inherited is busy with a flight not its own
+            code = 1
+            try:
+                rq.push("q", [("child", env("c"))])
+                code = 0
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + WAIT_S
+        status = None
+        while status is None:
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = os.waitstatus_to_exitcode(raw)
+            elif time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise AssertionError("the child's push waited on its parent's flight")
+            else:
+                time.sleep(0.01)
+        assert status == 0
+    finally:
+        gated.gate.set()
+        parent.join(WAIT_S)
+    assert sorted(ready_ids(rq, "q")) == ["child", "parent"]

@@ -81,10 +81,6 @@ class PushCoalescer:
         self._pid = os.getpid()
 
     def _lane(self, queue: str) -> _Lane:
-        if self._pid != os.getpid():  # a forked child: its parent's flights are not its own
-            self._lock = threading.Lock()
-            self._lanes = {}
-            self._pid = os.getpid()
         lane = self._lanes.get(queue)
         if lane is None:
             lane = self._lanes[queue] = _Lane()
@@ -92,6 +88,11 @@ class PushCoalescer:
 
     def push(self, queue: str, item: Item) -> None:
         """Push one job, alone or in the next batch of ``queue``."""
+        if self._pid != os.getpid():
+            # A forked child: its parent's flights (and maybe its held lock) are not its own.
+            self._lock = threading.Lock()
+            self._lanes = {}
+            self._pid = os.getpid()
         with self._lock:
             lane = self._lane(queue)
             if not lane.busy:
