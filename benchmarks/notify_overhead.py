@@ -35,18 +35,30 @@ def main() -> None:
         from benchmarks import notify_overhead_app as bench
 
         rates: dict[str, list[float]] = {"bare": [], "notification": []}
+        cpu: dict[str, list[float]] = {"bare": [], "notification": []}
         for _ in range(args.rounds):
             for kind in rates:
                 bench.fill(kind, args.n)
-                started = time.perf_counter()
+                started, c = time.perf_counter(), time.process_time()
                 asyncio.run(bench.drain())
                 rates[kind].append(args.n / (time.perf_counter() - started))
+                cpu[kind].append((time.process_time() - c) / args.n * 1e6)
         print(f"N = {args.n:,} a round, {args.rounds} interleaved rounds, Redis {server.version}")
         for kind, values in rates.items():
             print(
                 f"  {kind:<13} {statistics.median(values):8,.0f}/s "
                 f"[{min(values):,.0f}-{max(values):,.0f}]"
             )
+        for kind, values in cpu.items():
+            print(
+                f"  {kind:<13} {statistics.median(values):8.1f} us CPU/job "
+                f"[{min(values):.1f}-{max(values):.1f}] (this process: worker side only)"
+            )
+        cratios = [b / n for n, b in zip(cpu["notification"], cpu["bare"], strict=True)]
+        print(
+            f"  CPU ratio (bare CPU/job / notification CPU/job): {statistics.median(cratios):.2f} "
+            f"[{min(cratios):.2f}-{max(cratios):.2f}]"
+        )
         ratios = [n / b for n, b in zip(rates["notification"], rates["bare"], strict=True)]
         print(
             f"  ratio (goal >= 0.9): {statistics.median(ratios):.2f} "

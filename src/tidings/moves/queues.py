@@ -31,6 +31,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tidings.errors import QueueUnavailable
 from tidings.moves.batch_members import reopen_failed_members
+from tidings.moves.coalesce import AsyncPushCoalescer, PushCoalescer
 from tidings.moves.groups import group_names
 from tidings.redis import scripts
 from tidings.redis.clients import async_client, sync_client
@@ -323,6 +324,10 @@ class RedisQueue:
         self._fast: Any = None
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis]
         self._async = weakref.WeakKeyDictionary()
+        self.coalesce = True
+        """Concurrent plain pushes share one script call (:mod:`tidings.moves.coalesce`)."""
+        self._coalescer = PushCoalescer(self._push_many)
+        self._acoalescer = AsyncPushCoalescer(self._apush_many)
 
     def keys(self, queue: str) -> QueueKeys:
         """Key names of ``queue`` (cached)."""
@@ -428,9 +433,51 @@ class RedisQueue:
         Raises:
             QueueUnavailable: Redis could not be reached; nothing was written.
         """
+        if self._coalesced(items, delay_s, priority, group):
+            self._coalescer.push(queue, items[0])
+            return
+        self._push_many(queue, items, delay_s, priority, group)
+
+    def _coalesced(
+        self,
+        items: Sequence[tuple[str, bytes]],
+        delay_s: float,
+        priority: int | Sequence[int],
+        group: str | None,
+    ) -> bool:
+        """Whether a push goes through the coalescer: one job, not delayed, priority 0,
+        no fair group (the others take their own scripts, directly)."""
+        return (
+            self.coalesce
+            and len(items) == 1
+            and delay_s <= 0
+            and group is None
+            and (priority == 0 if isinstance(priority, int) else not any(priority))
+        )
+
+    def _push_many(
+        self,
+        queue: str,
+        items: Sequence[tuple[str, bytes]],
+        delay_s: float = 0.0,
+        priority: int | Sequence[int] = 0,
+        group: str | None = None,
+    ) -> None:
         script, keys, args = self._push_move(queue, items, delay_s, priority, group)
         with _guard(f"push to {queue!r}"):
             self.produce(queue, script, keys, args)
+
+    async def _apush_many(
+        self,
+        queue: str,
+        items: Sequence[tuple[str, bytes]],
+        delay_s: float = 0.0,
+        priority: int | Sequence[int] = 0,
+        group: str | None = None,
+    ) -> None:
+        script, keys, args = self._push_move(queue, items, delay_s, priority, group)
+        async with _aguard(f"push to {queue!r}"):
+            await self.aproduce(queue, script, keys, args)
 
     def produce(
         self, queue: str, script: scripts.LuaScript, keys: list[str], args: list[scripts.Arg]
@@ -503,9 +550,10 @@ class RedisQueue:
         group: str | None = None,
     ) -> None:
         """Async twin of :meth:`push`."""
-        script, keys, args = self._push_move(queue, items, delay_s, priority, group)
-        async with _aguard(f"push to {queue!r}"):
-            await self.aproduce(queue, script, keys, args)
+        if self._coalesced(items, delay_s, priority, group):
+            await self._acoalescer.push(queue, items[0])
+            return
+        await self._apush_many(queue, items, delay_s, priority, group)
 
     def wait_replicas(self, queue: str, replicas: int = 1, timeout_ms: int = 100) -> int:
         """Block until ``replicas`` replicas of the primary holding ``queue`` have every

@@ -206,11 +206,13 @@ class NotificationSender:
         """
         if not notification.should_send(notifiable, channel):
             return None
-        sending = NotificationSending(notifiable, notification, channel, delivery)
-        if await self._announce(sending, halt=True) is False:
-            return None
+        events = self.app.events
+        if events.has_listeners(NotificationSending):  # no event built for nobody
+            sending = NotificationSending(notifiable, notification, channel, delivery)
+            if await events.dispatch_async(sending, halt=True) is False:
+                return None
         try:
-            if tracing.ENABLED:
+            if tracing.ENABLED and tracing.recording():  # no span to open otherwise
                 attrs = {"tidings.channel": channel, "tidings.delivery_id": delivery,
                          "tidings.notification": type(notification).__name__}  # fmt: skip
                 with tracing.span(f"notify {channel}", attrs, kind="CLIENT"):
@@ -222,9 +224,10 @@ class NotificationSender:
                 NotificationFailed(notifiable, notification, channel, delivery, exc)
             )
             raise
-        await self._announce_safely(
-            NotificationSent(notifiable, notification, channel, delivery, response)
-        )
+        if events.has_listeners(NotificationSent):
+            await self._announce_safely(
+                NotificationSent(notifiable, notification, channel, delivery, response)
+            )
         return response
 
     async def _announce(self, event: object, *, halt: bool = False) -> Any:

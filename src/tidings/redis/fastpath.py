@@ -56,7 +56,12 @@ class FastLane:
         conn = getattr(self._local, "conn", None)
         if conn is None or self._local.pid != os.getpid():
             # A forked child must not share its parent's socket.
-            conn = self._local.conn = self._pool.make_connection()
+            # Made outside the pool's count: ``make_connection`` counts every connection
+            # ever made against ``max_connections`` (100) and these are never released to
+            # it, so the 101st thread that ever pushed would fail. A thread's connection
+            # closes with its thread-local (``Connection.__del__``).
+            pool = self._pool
+            conn = self._local.conn = pool.connection_class(**pool.connection_kwargs)
             self._local.pid = os.getpid()
         return conn
 
