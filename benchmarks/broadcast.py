@@ -183,6 +183,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0, help="messages per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="per round")
     parser.add_argument("--rounds", type=int, default=2, help="A/B pairs")
+    parser.add_argument("--worker-processes", type=int, default=1,
+                        help="notify-worker --processes for the dispatch round")  # fmt: skip
     parser.add_argument("--role", default="driver", help=argparse.SUPPRESS)
     parser.add_argument("--ports", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -244,8 +246,9 @@ def main() -> None:
                     results[name].append(res)
                     print(f"  {name:<9} {rate:>7.0f} msg/s  {res}", flush=True)
                     k += sent
+            many = ["--processes", str(args.worker_processes)] if args.worker_processes > 1 else []
             worker = subprocess.Popen([NOTIFY_WORKER, "-A", "benchmarks.broadcast_app:app",
-                                       "--concurrency", "64", "--sleep", "0.2"],
+                                       "--concurrency", "64", "--sleep", "0.2", *many],
                                       env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL)  # fmt: skip
             procs.append(worker)

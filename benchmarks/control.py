@@ -143,17 +143,18 @@ def run(url: str, jobs: int, rounds: int, samples: int = 200, enqueue_rounds: in
         rs = [c / b for c, b in zip(res[case], res[base], strict=False)]
         return f"rounds {min(rs):.2f}..{max(rs):.2f}" if rs else ""
 
-    print(f"drain, results not kept   {med['plain']:>10,.0f} jobs/s (baseline)")
-    print(f"drain, results kept       {med['kept']:>10,.0f} jobs/s  "
-          f"ratio {med['kept'] / med['plain']:.2f} (goal >= 0.85)  "
-          f"{spread('kept', 'plain')}")  # fmt: skip
-    print(f"drain, random priorities  {med['prio']:>10,.0f} jobs/s  "
-          f"ratio {med['prio'] / med['plain']:.2f} (goal >= 0.8)  "
-          f"{spread('prio', 'plain')}")  # fmt: skip
-    print(f"enqueue, plain            {med['pe']:>10,.0f} jobs/s (baseline)")
-    print(f"enqueue, random priority  {med['pp']:>10,.0f} jobs/s  "
-          f"ratio {med['pp'] / med['pe']:.2f} (goal >= 0.8)  "
-          f"{spread('pp', 'pe')}")  # fmt: skip
+    if jobs:  # --jobs 0: the latencies only
+        print(f"drain, results not kept   {med['plain']:>10,.0f} jobs/s (baseline)")
+        print(f"drain, results kept       {med['kept']:>10,.0f} jobs/s  "
+              f"ratio {med['kept'] / med['plain']:.2f} (goal >= 0.85)  "
+              f"{spread('kept', 'plain')}")  # fmt: skip
+        print(f"drain, random priorities  {med['prio']:>10,.0f} jobs/s  "
+              f"ratio {med['prio'] / med['plain']:.2f} (goal >= 0.8)  "
+              f"{spread('prio', 'plain')}")  # fmt: skip
+        print(f"enqueue, plain            {med['pe']:>10,.0f} jobs/s (baseline)")
+        print(f"enqueue, random priority  {med['pp']:>10,.0f} jobs/s  "
+              f"ratio {med['pp'] / med['pe']:.2f} (goal >= 0.8)  "
+              f"{spread('pp', 'pe')}")  # fmt: skip
 
     # -- cancel latency: one running async job at a time, 200 cancels -----------------------
     CANCEL_SEEN.clear()  # one run per topology: tags repeat
