@@ -193,11 +193,15 @@ class Rec(Job):
     async def handle(self) -> None:
         a = account()
         token = await _span_start(self.id, self.hold)
-        await a.rpush(key("log"), f"{self.id} {os.getpid()} {self.arg}")
-        if self.hold > 0:
-            await asyncio.sleep(self.hold)
-        await a.hincrby(key("exec"), self.id, 1)
-        await _span_end(self.id, token)
+        try:
+            await a.rpush(key("log"), f"{self.id} {os.getpid()} {self.arg}")
+            if self.hold > 0:
+                await asyncio.sleep(self.hold)
+            await a.hincrby(key("exec"), self.id, 1)
+        finally:
+            # Also when the run is cancelled (the checker's --control canceller): a run
+            # that stops logs its end, or the group check would count it running forever.
+            await _span_end(self.id, token)
 
 
 @dataclass
@@ -211,10 +215,12 @@ class Flaky(Job):
 
     async def handle(self) -> None:
         token = await _span_start(self.id, self.hold)
-        await account().rpush(key("log"), f"{self.id} {os.getpid()} {self.arg}")
-        if self.hold > 0:
-            await asyncio.sleep(self.hold)
-        await _span_end(self.id, token)
+        try:
+            await account().rpush(key("log"), f"{self.id} {os.getpid()} {self.arg}")
+            if self.hold > 0:
+                await asyncio.sleep(self.hold)
+        finally:
+            await _span_end(self.id, token)  # also when cancelled (see Rec)
         raise RuntimeError(f"flaky {self.id}")
 
 
