@@ -24,9 +24,13 @@ Arg = str | bytes | int | float
 class LuaScript:
     """One Lua script, callable on a sync or an asyncio redis-py client."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, uses: tuple[str, ...] = ()) -> None:
         self.name = name
-        self.source = resources.files("tidings.redis").joinpath(f"lua/{name}.lua").read_text()
+        lua = resources.files("tidings.redis").joinpath("lua")
+        # ``uses``: shared parts (lua/lib/<part>.lua) prepended, so a piece of bookkeeping
+        # several scripts need is written once.
+        parts = [lua.joinpath(f"lib/{part}.lua").read_text() for part in uses]
+        self.source = "".join([*parts, lua.joinpath(f"{name}.lua").read_text()])
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     def call(self, client: redis.Redis, keys: list[str], args: list[Arg]) -> Any:
@@ -47,10 +51,10 @@ class LuaScript:
 _REGISTRY: dict[str, LuaScript] = {}
 
 
-def _declare(name: str) -> LuaScript:
+def _declare(name: str, uses: tuple[str, ...] = ()) -> LuaScript:
     if name in _REGISTRY:
         raise RuntimeError(f"Lua script {name!r} declared twice")
-    script = _REGISTRY[name] = LuaScript(name)
+    script = _REGISTRY[name] = LuaScript(name, uses)
     return script
 
 
@@ -66,12 +70,12 @@ PUSH_GROUP = _declare("push_group")
 LATER = _declare("later")
 PUSH_ONCE = _declare("push_once")
 POP = _declare("pop")
-ACK = _declare("ack")
+ACK = _declare("ack", uses=("group_settled",))
 RELEASE = _declare("release")
-FAIL = _declare("fail")
+FAIL = _declare("fail", uses=("group_settled",))
 EXTEND = _declare("extend")
 PROGRESS = _declare("progress")
-CANCEL_SETTLE = _declare("cancel_settle")
+CANCEL_SETTLE = _declare("cancel_settle", uses=("group_settled",))
 # -- the operator's commands on a queue and its failed store (tidings.moves.queues) ------
 RETRY = _declare("retry")
 FORGET = _declare("forget")

@@ -27,23 +27,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- Fair groups (see pop.lua): a job of a group leaves its group's running set here; its
 -- group's keys all derive from the queue's base key (one hash tag). Garbage in a group's
 -- structures never stops the move: that bookkeeping runs under pcall.
-local gbase = string.sub(KEYS[1], 1, -10)
-local groups_on = redis.call('EXISTS', gbase .. ':gon') == 1
-local function group_settled(id, g, stat)
-  local run, gl, gp = gbase .. ':gr:' .. g, gbase .. ':g:' .. g, gbase .. ':gp:' .. g
-  redis.call('SREM', run, id)
-  if stat then redis.call('HINCRBY', gbase .. ':gstat', stat .. ':' .. g, 1) end
-  if redis.call('LLEN', gl) == 0 and redis.call('EXISTS', gp) == 0 then
-    -- An emptied group leaves nothing behind.
-    if redis.call('SCARD', run) == 0 then
-      redis.call('HDEL', gbase .. ':gstat', 'd:' .. g, 'f:' .. g)
-    end
-  elseif redis.call('HEXISTS', gbase .. ':gcfg', 'c:' .. g) == 1
-    and redis.call('LLEN', gbase .. ':notify') < 64 then
-    -- A slot freed in a limited group with jobs waiting: wake a worker for them.
-    redis.call('RPUSH', gbase .. ':notify', '1')
-  end
-end
+-- (group_settled, gbase and groups_on: lua/lib/group_settled.lua, prepended)
 local lost = {}
 local function done(id, token)
   if redis.call('HGET', KEYS[3], id .. ':t') ~= token then
