@@ -16,6 +16,7 @@ from redis.exceptions import ResponseError
 
 from tidings.moves.consume import Broker
 from tidings.moves.queues import RedisQueue
+from tidings.redis.errors import reraise_cancel
 from tidings.worker.held import HeldJob, HeldJobs, State
 from tidings.worker.options import short_error
 from tidings.worker.retrying import GaveUp, retrying
@@ -61,6 +62,7 @@ class AckBatcher:
             await self._event.wait()
             self._event.clear()
             await self.flush()
+            reraise_cancel()  # a cancel lost inside redis-py (see worker.tasks.stop)
 
     async def flush(self, *, limit_s: float | None = None) -> None:
         """Send every queued ack. Retries through an outage until the worker stops;

@@ -1,7 +1,10 @@
 """Renewing the leases of the jobs this worker holds, every third of ``retry_after``.
 
-A renewal that finds a job's token moved on reports the loss (once): the job was handed
-out again and may run elsewhere too; its moves here will be refused. A queue whose
+A renewal that finds a running job's token moved on reports the loss (once): the job was
+handed out again and may run elsewhere too; its moves here will be refused. A job whose
+ack or release is on its way is renewed too (the move may wait out an outage), but a
+missing token there is not reported: the move may have landed first, and its own reply
+says whether the reservation was lost. A queue whose
 renewal fails on its data (a key of the wrong type) gets an ERROR line; the others are
 renewed as usual.
 """
@@ -22,6 +25,9 @@ from tidings.worker.held import HeldJob, HeldJobs, State
 from tidings.worker.options import short_error
 
 log = logging.getLogger("tidings.worker")
+
+# A release, fail or ack is on its way for these: not renewal's to report (see above).
+_MOVING = (State.SETTLING, State.ACKING)
 
 
 class LeaseKeeper:
@@ -53,6 +59,7 @@ class LeaseKeeper:
                 continue
             due = _clock.monotonic() + self.every_s
             await self.renew()
+            reraise_cancel()  # a cancel lost inside redis-py (see worker.tasks.stop)
 
     async def renew(self) -> None:
         """Renew every held lease once, a script call a queue."""
@@ -71,7 +78,10 @@ class LeaseKeeper:
             for job_id in renewed.cancelled:
                 self._cancel(job_id)  # a cancel whose message this worker missed
             for h, (job_id, token) in zip(jobs, sent, strict=True):
-                if job_id not in lost or h.state is State.SETTLING or h.adopted_since(token):
+                if job_id not in lost or h.state in _MOVING or h.adopted_since(token):
+                    # Settling or acking: the move may have landed just before this
+                    # renewal (which then finds no token); the move's own reply tells a
+                    # real loss ("its ack refused"), so a renewal never reports one here.
                     continue
                 if self.held.get(job_id) is not h:
                     continue  # settled meanwhile: not a loss

@@ -19,6 +19,8 @@ log = logging.getLogger("tidings.worker")
 
 MAX_RESTARTS = 5
 WINDOW_S = 60.0
+# How long stop() cancels a task again and again before it gives up on it (logged).
+STOP_LIMIT_S = 5.0
 
 Factory = Callable[[], Coroutine[Any, Any, None]]
 
@@ -70,9 +72,30 @@ class Supervised:
         return list(self._tasks)
 
     async def stop(self, names: list[str] | None = None) -> None:
-        """Cancel the named tasks (all when ``names`` is None) and wait for them."""
+        """Cancel the named tasks (all when ``names`` is None) and wait for them.
+
+        A cancel can be lost: on Python 3.11 ``asyncio.wait_for`` (redis-py sends through
+        it when a socket timeout is set) returns the result of a command that completed
+        as the cancel landed, and the task loops on as if never cancelled. So a task
+        still running is cancelled again every ``0.2`` s, for at most
+        :data:`STOP_LIMIT_S`; one that outlives that is logged and left behind rather
+        than holding up the worker's exit forever."""
         picked = list(self._tasks) if names is None else [n for n in names if n in self._tasks]
-        chosen = [self._tasks.pop(n) for n in picked]
-        for t in chosen:
-            t.cancel()
-        await asyncio.gather(*chosen, return_exceptions=True)
+        chosen = {self._tasks.pop(n): n for n in picked}
+        pending = set(chosen)
+        deadline = _clock.monotonic() + STOP_LIMIT_S
+        while pending:
+            for t in pending:
+                t.cancel()
+            done, pending = await asyncio.wait(pending, timeout=0.2)
+            for t in done:
+                if not t.cancelled():
+                    t.exception()  # retrieved: _watch logs its own deaths
+            if pending and _clock.monotonic() > deadline:
+                log.error(
+                    "worker tasks %s did not end %gs after being cancelled; the worker "
+                    "exits without them",
+                    ", ".join(sorted(repr(chosen[t]) for t in pending)),
+                    STOP_LIMIT_S,
+                )
+                return
