@@ -270,7 +270,6 @@ class Hub:
         await reader.send_packed_command(self._packed(), check_health=False)
         return await reader.read_response(timeout=self.block_ms / 1000 + 10)
 
-
     async def _run(self) -> None:
         backoff = 0.05
         while True:

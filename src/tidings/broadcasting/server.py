@@ -45,9 +45,7 @@ def build(app: Any, *, token: str | None = None) -> Any:
     return BroadcastEndpoint(app, token=token)
 
 
-def serve(
-    app: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str | None = None
-) -> None:
+def serve(app: Any, *, host: str = "127.0.0.1", port: int = 8766, token: str | None = None) -> None:
     """Run the endpoint with uvicorn until interrupted (the checks of :func:`check_bind`)."""
     import uvicorn
 

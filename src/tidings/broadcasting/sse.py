@@ -122,8 +122,12 @@ class BroadcastEndpoint:
             if auth.lower().startswith("bearer "):
                 given = auth[7:].strip()
             if not hmac.compare_digest(given.encode(), self.token.encode()):
-                await _plain(send, 401, b"a valid token is required: the header "
-                             b"Authorization: Bearer <token>, or ?token= for EventSource\n")
+                await _plain(
+                    send,
+                    401,
+                    b"a valid token is required: the header "
+                    b"Authorization: Bearer <token>, or ?token= for EventSource\n",
+                )
                 return
         channels: list[str] = []
         for value in request.query_params.getlist("channel") + request.query_params.getlist(

@@ -14,12 +14,20 @@ def register(main: click.Group, load: Callable[[click.Context], Any]) -> None:
     """Add ``broadcast-server`` to ``notify-worker``."""
 
     @main.command("broadcast-server")
-    @click.option("-A", "--app", "app_spec", default=None,
-                  help="The App as module:attribute (else the one given before the command).")
+    @click.option(
+        "-A",
+        "--app",
+        "app_spec",
+        default=None,
+        help="The App as module:attribute (else the one given before the command).",
+    )
     @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
     @click.option("--port", default=8766, show_default=True, help="Port to bind.")
-    @click.option("--token", default=None,
-                  help="Token every request must carry (better: TIDINGS_BROADCAST_TOKEN).")
+    @click.option(
+        "--token",
+        default=None,
+        help="Token every request must carry (better: TIDINGS_BROADCAST_TOKEN).",
+    )
     @click.pass_context
     def broadcast_server(ctx: click.Context, app_spec: str | None, host: str, port: int,
                          token: str | None) -> None:  # fmt: skip
@@ -45,7 +53,9 @@ def register(main: click.Group, load: Callable[[click.Context], Any]) -> None:
         except ConfigurationError as exc:
             raise click.ClickException(str(exc)) from None
         shown = f"[{host}]" if ":" in host else host
-        click.echo(f"tidings {__version__} broadcast server on http://{shown}:{port}/?channel=NAME "
-                   f"(token: {'on' if token else 'off'}; private channels: "
-                   f"{'by the app callback' if app.broadcasting.has_authorizers else 'refused'})")
+        click.echo(
+            f"tidings {__version__} broadcast server on http://{shown}:{port}/?channel=NAME "
+            f"(token: {'on' if token else 'off'}; private channels: "
+            f"{'by the app callback' if app.broadcasting.has_authorizers else 'refused'})"
+        )
         serve(app, host=host, port=port, token=token)

@@ -610,9 +610,7 @@ def failed_prune(ctx: click.Context, hours: float) -> None:
 )
 @click.option("--timeout", default=60.0, show_default=True, help="Default job timeout (s).")
 @click.option("--memory", default=0.0, help="A child exits with code 12 above this RSS (MB).")
-@click.option(
-    "--interval", default=1.0, show_default=True, help="Seconds between balancing steps."
-)
+@click.option("--interval", default=1.0, show_default=True, help="Seconds between balancing steps.")
 @click.pass_context
 def supervise(ctx: click.Context, app_spec: str | None, grace: float, timeout: float,
               memory: float, interval: float) -> None:  # fmt: skip

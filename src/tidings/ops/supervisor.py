@@ -134,9 +134,7 @@ class Supervisor:
             "TIDINGS_CHILD": str(child.slot + 1),
             "TIDINGS_CHILDREN": str(len(self.children)),
         }
-        child.proc = subprocess.Popen(
-            child.cmd or self.cmd, env=env, preexec_fn=self.preexec_fn
-        )
+        child.proc = subprocess.Popen(child.cmd or self.cmd, env=env, preexec_fn=self.preexec_fn)
         child.started = time.monotonic()
         child.term_at = None
 

@@ -278,7 +278,8 @@ class Balancer:
                 mem.moved_at[name] = now
             if delta < 0:
                 used_now = sum(u for _, u in mem.recent.get(name, [])) / max(
-                    1, len(mem.recent.get(name, [])))
+                    1, len(mem.recent.get(name, []))
+                )
                 mem.shrunk[name] = (now, current[name], used_now)
             if delta > 0:
                 shrunk = mem.shrunk.pop(name, None)

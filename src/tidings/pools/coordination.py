@@ -259,8 +259,10 @@ class Coordinator:
         bounds = limits_over(cfg.pools, len(states))
         limits = [PoolLimits(p.name, *bounds[p.name], p.target_wait_s) for p in cfg.pools]
         budget = sum(h.max_processes for h in states)
-        if self.balancer is None or self.balancer.budget != budget or any(
-            self.balancer.limits.get(lim.name) != lim for lim in limits
+        if (
+            self.balancer is None
+            or self.balancer.budget != budget
+            or any(self.balancer.limits.get(lim.name) != lim for lim in limits)
         ):
             fresh = Balancer(limits, budget=budget, cooldown_s=cfg.cooldown_s,
                              max_shift=cfg.max_shift)  # fmt: skip
@@ -308,7 +310,7 @@ class Coordinator:
         if decision.changed or now - self._sampled_at >= SAMPLE_EVERY_S:
             self._sampled_at = now
             sample = {
-            "at": time.time(),
+                "at": time.time(),
                 "processes": {
                     p.name: sum(h.processes.get(p.name, 0) for h in states) for p in cfg.pools
                 },

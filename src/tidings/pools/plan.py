@@ -65,7 +65,8 @@ def split(
         want = targets.get(p.name, 0)
         while sum(share[h.host][p.name] for h in hosts) < want:
             open_ = [
-                h for h in hosts
+                h
+                for h in hosts
                 if share[h.host][p.name] < p.max_processes and used(h.host) < room[h.host]
             ]
             if not open_:

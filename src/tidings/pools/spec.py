@@ -36,9 +36,7 @@ class Pool:
     def __post_init__(self) -> None:
         where = f"Pool({self.name!r}, ...)"
         if not self.name or not all(c.isalnum() or c in "-_." for c in self.name):
-            raise ConfigurationError(
-                f"{where}: name must be letters, digits, '-', '_' or '.'"
-            )
+            raise ConfigurationError(f"{where}: name must be letters, digits, '-', '_' or '.'")
         if isinstance(self.queues, str):
             object.__setattr__(self, "queues", (self.queues,))
         object.__setattr__(self, "queues", tuple(self.queues))
