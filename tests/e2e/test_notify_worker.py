@@ -222,7 +222,9 @@ def test_sigterm_mid_job_finishes_acks_and_leaves_the_rest(e: Env) -> None:
     took = time.monotonic() - t_term
     figure(f"F4 exit {code} {took:.2f}s after SIGTERM (job of 2s)")
     assert code == 0
-    assert took <= 2.0 + 1.0
+    # Exits once the job is done, not after the grace period (30 s); slack for a busy
+    # machine (2.8 s seen beside other work).
+    assert took <= 2.0 + 3.0
     assert e.count("exec", "cur") == 1
     assert e.app.job_status(current) == "done"
     sizes = e.sizes()
