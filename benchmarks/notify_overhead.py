@@ -36,14 +36,19 @@ def main() -> None:
 
         rates: dict[str, list[float]] = {"bare": [], "notification": []}
         cpu: dict[str, list[float]] = {"bare": [], "notification": []}
-        for _ in range(args.rounds):
-            for kind in rates:
-                bench.fill(kind, args.n)
+        for r in range(args.rounds + 1):
+            for kind in list(rates) if r % 2 == 0 else reversed(rates):  # ABBA: no kind
+                bench.fill(kind, args.n)  # always drains second (after the other's garbage)
                 started, c = time.perf_counter(), time.process_time()
                 asyncio.run(bench.drain())
-                rates[kind].append(args.n / (time.perf_counter() - started))
-                cpu[kind].append((time.process_time() - c) / args.n * 1e6)
-        print(f"N = {args.n:,} a round, {args.rounds} interleaved rounds, Redis {server.version}")
+                if r:  # round 0 warms up
+                    rates[kind].append(args.n / (time.perf_counter() - started))
+                    cpu[kind].append((time.process_time() - c) / args.n * 1e6)
+        print(
+            f"N = {args.n:,} a round, {args.rounds} interleaved rounds (order alternating, "
+            f"one warm-up round), Redis {server.version}, load average "
+            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+        )
         for kind, values in rates.items():
             print(
                 f"  {kind:<13} {statistics.median(values):8,.0f}/s "

@@ -19,6 +19,7 @@ from tidings import _current
 from tidings.errors import ChannelError
 from tidings.jobs.backoff import Exponential
 from tidings.jobs.job import Job, option
+from tidings.jobs.limits import channel_limits
 from tidings.notifications.notification import Notification
 
 
@@ -70,9 +71,9 @@ class SendQueuedNotification(Job):
 
     def middleware(self) -> list[Any]:
         """The channel's rate limit (``app.rate_limit``), then the notification's middleware."""
-        from tidings.jobs.limits import channel_limits
-
-        return [*channel_limits(self.channel), *self.notification.middleware()]
+        own = self.notification.middleware()
+        limit = channel_limits(self.channel)
+        return [*limit, *own] if limit else own
 
     async def handle(self) -> Any:
         """Send through the app's channel."""
