@@ -50,6 +50,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 _MAX_CACHED_PLANS = 4096  # dynamic event names must not grow the cache without bound
 
 
+_KEY_TYPES = (type, str)
+"""What is already an event key (a tuple: ``type | str`` would build a union per call)."""
+
 class _Registration:
     """One ``listen`` call: the blinker receiver, with the order blinker lacks."""
 
@@ -279,7 +282,7 @@ class ListenerRegistry:
         return _Registration(seq, key, listener, listener, listener, _is_async(listener))
 
     def _plan_of(self, event: object) -> _Plan:
-        key = event if isinstance(event, type | str) else type(event)
+        key = event if isinstance(event, _KEY_TYPES) else type(event)
         return self._plans.get(key) or self._compile(key)
 
     def _compile(self, key: EventKey) -> _Plan:
