@@ -72,8 +72,9 @@ class SendQueuedNotification(Job):
     def middleware(self) -> list[Any]:
         """The channel's rate limit (``app.rate_limit``), then the notification's middleware."""
         own = self.notification.middleware()
-        limit = channel_limits(self.channel)
-        return [*limit, *own] if limit else own
+        if not getattr(_current.current(), "channel_limits", None):
+            return own  # no app.rate_limit at all (the common case): nothing to look up
+        return [*channel_limits(self.channel), *own]
 
     async def handle(self) -> Any:
         """Send through the app's channel."""

@@ -251,15 +251,20 @@ class ChannelManager:
             for channel in [value] if isinstance(value, str) else list(value):
                 check_channel(channel, "route_notification_for_broadcast()")
 
-    async def send(self, name: str, notifiable: Any, notification: Any, delivery_id: str) -> Any:
-        """Send on channel ``name``; built-ins get the delivery id too (and so does an
-        app's channel whose ``send`` takes a third argument)."""
+    def caller(self, name: str) -> Caller:
+        """``call(notifiable, notification, delivery_id)`` sending on channel ``name`` of
+        the running loop (its result may be awaitable); built-ins get the delivery id, and
+        so does an app's channel whose ``send`` takes a third argument."""
         call = self._loop_channels().callers.get(name)
         if call is None:
             channel = self.get(name)
             builtin = name in BUILTIN and self.factories[name] is BUILTIN[name]
             call = self._loop_channels().callers[name] = _caller(channel, builtin)
-        result = call(notifiable, notification, delivery_id)
+        return call
+
+    async def send(self, name: str, notifiable: Any, notification: Any, delivery_id: str) -> Any:
+        """Send on channel ``name`` (see :meth:`caller`)."""
+        result = self.caller(name)(notifiable, notification, delivery_id)
         return await result if inspect.isawaitable(result) else result
 
     async def close_loop(self) -> None:
