@@ -2,14 +2,19 @@
 
 Issue 28, goal 4: a queued notification should drain at >= 0.9x a bare job. Both are
 drained by the same in-process :class:`~tidings.worker.worker.Worker` (concurrency 16,
-no per-job output listeners), N jobs a round, rounds interleaved (bare, notification,
-bare, ...) on one throwaway Redis, medians and spreads printed::
+no per-job output listeners), N jobs a round, rounds interleaved in alternating order
+(bare, notification, notification, bare, ...: neither kind always drains second, after
+the other's garbage) after one warm-up round, on one throwaway Redis, medians and spreads
+printed::
 
     .venv/bin/python -m benchmarks.notify_overhead --n 5000 --rounds 5
 
-What a notification pays on top of the job: a bigger body to decode (the notifiable and
-the notification), the channel lookup, ``should_send``, the NotificationSending/Sent
-announcements (skipped when nobody listens), the channel's rate limits.
+What a notification pays on top of the job: a bigger body to check and decode (the
+notifiable and the notification: ``notify_stages.py`` times each step), ``should_send``,
+the channel's caller, the NotificationSending/Sent announcements (skipped when nobody
+listens), the channel's rate limit (skipped when the app sets none). On a shared machine
+the CPU figures spread by +-15 %; ``instructions.py --case bare --case notification``
+counts instructions, which the load does not move.
 """
 
 from __future__ import annotations
@@ -36,14 +41,19 @@ def main() -> None:
 
         rates: dict[str, list[float]] = {"bare": [], "notification": []}
         cpu: dict[str, list[float]] = {"bare": [], "notification": []}
-        for _ in range(args.rounds):
-            for kind in rates:
-                bench.fill(kind, args.n)
+        for r in range(args.rounds + 1):
+            for kind in list(rates) if r % 2 == 0 else reversed(rates):  # ABBA: no kind
+                bench.fill(kind, args.n)  # always drains second (after the other's garbage)
                 started, c = time.perf_counter(), time.process_time()
                 asyncio.run(bench.drain())
-                rates[kind].append(args.n / (time.perf_counter() - started))
-                cpu[kind].append((time.process_time() - c) / args.n * 1e6)
-        print(f"N = {args.n:,} a round, {args.rounds} interleaved rounds, Redis {server.version}")
+                if r:  # round 0 warms up
+                    rates[kind].append(args.n / (time.perf_counter() - started))
+                    cpu[kind].append((time.process_time() - c) / args.n * 1e6)
+        print(
+            f"N = {args.n:,} a round, {args.rounds} interleaved rounds (order alternating, "
+            f"one warm-up round), Redis {server.version}, load average "
+            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+        )
         for kind, values in rates.items():
             print(
                 f"  {kind:<13} {statistics.median(values):8,.0f}/s "

@@ -50,6 +50,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 _MAX_CACHED_PLANS = 4096  # dynamic event names must not grow the cache without bound
 
 
+_KEY_TYPES = (type, str)
+"""What is already an event key (a tuple: ``type | str`` would build a union per call)."""
+
+
 class _Registration:
     """One ``listen`` call: the blinker receiver, with the order blinker lacks."""
 
@@ -239,9 +243,12 @@ class ListenerRegistry:
     def has_listeners(self, event: object) -> bool:
         """Tell whether anything would hear ``event`` (an instance, class or name).
 
-        Cached per class or name: after the first call it is one dict lookup.
+        Cached per class or name: after the first call it is one dict lookup (inlined
+        here: the worker asks twice a job, a queued notification twice more).
         """
-        return bool(self._plan_of(event).calls)
+        key = event if isinstance(event, _KEY_TYPES) else type(event)
+        plan = self._plans.get(key) or self._compile(key)
+        return bool(plan.calls)
 
     def has_async_listeners(self, event: object) -> bool:
         """Tell whether an ``async def`` listener would hear ``event`` (cached as above)."""
@@ -279,7 +286,7 @@ class ListenerRegistry:
         return _Registration(seq, key, listener, listener, listener, _is_async(listener))
 
     def _plan_of(self, event: object) -> _Plan:
-        key = event if isinstance(event, type | str) else type(event)
+        key = event if isinstance(event, _KEY_TYPES) else type(event)
         return self._plans.get(key) or self._compile(key)
 
     def _compile(self, key: EventKey) -> _Plan:

@@ -19,6 +19,7 @@ from tidings import _current
 from tidings.errors import ChannelError
 from tidings.jobs.backoff import Exponential
 from tidings.jobs.job import Job, option
+from tidings.jobs.limits import channel_limits
 from tidings.notifications.notification import Notification
 
 
@@ -70,9 +71,10 @@ class SendQueuedNotification(Job):
 
     def middleware(self) -> list[Any]:
         """The channel's rate limit (``app.rate_limit``), then the notification's middleware."""
-        from tidings.jobs.limits import channel_limits
-
-        return [*channel_limits(self.channel), *self.notification.middleware()]
+        own = self.notification.middleware()
+        if not getattr(_current.current(), "channel_limits", None):
+            return own  # no app.rate_limit at all (the common case): nothing to look up
+        return [*channel_limits(self.channel), *own]
 
     async def handle(self) -> Any:
         """Send through the app's channel."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import logging
 import uuid
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
@@ -217,8 +218,10 @@ class NotificationSender:
                          "tidings.notification": type(notification).__name__}  # fmt: skip
                 with tracing.span(f"notify {channel}", attrs, kind="CLIENT"):
                     response = await self.channels.send(channel, notifiable, notification, delivery)
-            else:
-                response = await self.channels.send(channel, notifiable, notification, delivery)
+            else:  # one coroutine fewer than channels.send on the common path
+                response = self.channels.caller(channel)(notifiable, notification, delivery)
+                if inspect.isawaitable(response):
+                    response = await response
         except Exception as exc:
             await self._announce_safely(
                 NotificationFailed(notifiable, notification, channel, delivery, exc)

@@ -216,6 +216,13 @@ class Worker:
             log.exception("internal error while processing %s", held.reserved.id)
             self.held.drop(held)
         finally:
+            if held.run is not None:
+                # held -> run -> progress.report -> progress -> held is a reference cycle:
+                # left in place, every job's objects (its body, its decoded job) wait for
+                # the cyclic GC instead of being freed here (measured: ~12 objects a job
+                # in gen-1 collections, 10-20 % of a no-op job's CPU). The run is over:
+                # a late report (a sync handler's thread that overran) is dropped.
+                held.run.report = None
             if held.state is not State.ACKING:
                 self.held.drop(held)
             self.processed += 1

@@ -13,7 +13,7 @@ import inspect
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jinja2
 
@@ -149,15 +149,42 @@ def _takes_delivery_id(send: Any) -> bool:
     return known
 
 
+Caller = Callable[[Any, Any, str], Any]
+"""``call(notifiable, notification, delivery_id)``: one channel's ``send``, its arity
+settled."""
+
+
+class _Channels(dict[str, Any]):
+    """One loop's channels by name, and their callers (built once per channel, not worked
+    out again on every send)."""
+
+    __slots__ = ("callers",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.callers: dict[str, Caller] = {}
+
+
+def _caller(channel: Any, builtin: bool) -> Caller:
+    send = channel.send
+    if builtin or _takes_delivery_id(send):
+        return cast(Caller, send)
+
+    def call(notifiable: Any, notification: Any, delivery_id: str) -> Any:
+        return send(notifiable, notification)
+
+    return call
+
+
 class ChannelManager:
     """Creates channels lazily, one set per event loop."""
 
     def __init__(self, app: AppHost) -> None:
         self.app = app
         self.factories: dict[str, Factory] = dict(BUILTIN)
-        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]]
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Channels]
         self._by_loop = weakref.WeakKeyDictionary()
-        self._last: tuple[weakref.ref[asyncio.AbstractEventLoop], dict[str, Any]] | None = None
+        self._last: tuple[weakref.ref[asyncio.AbstractEventLoop], _Channels] | None = None
         """The last loop's channels: one weak call a send instead of a lookup by weak key
         (the largest notification-only line in a cProfile of a drain)."""
 
@@ -166,17 +193,21 @@ class ChannelManager:
         self.factories[name] = factory
         for channels in self._by_loop.values():
             channels.pop(name, None)
+            channels.callers.pop(name, None)
 
-    def get(self, name: str) -> Any:
-        """The channel ``name`` of the running loop."""
+    def _loop_channels(self) -> _Channels:
         loop = asyncio.get_running_loop()
         last = self._last
         if last is not None and last[0]() is loop:  # the loop of the previous send
-            channels = last[1]
-        else:
-            got = self._by_loop.get(loop)
-            channels = self._by_loop[loop] = {} if got is None else got
-            self._last = (weakref.ref(loop), channels)
+            return last[1]
+        got = self._by_loop.get(loop)
+        channels = self._by_loop[loop] = _Channels() if got is None else got
+        self._last = (weakref.ref(loop), channels)
+        return channels
+
+    def get(self, name: str) -> Any:
+        """The channel ``name`` of the running loop."""
+        channels = self._loop_channels()
         channel = channels.get(name)
         if channel is None:
             factory = self.factories.get(name)
@@ -220,21 +251,26 @@ class ChannelManager:
             for channel in [value] if isinstance(value, str) else list(value):
                 check_channel(channel, "route_notification_for_broadcast()")
 
+    def caller(self, name: str) -> Caller:
+        """``call(notifiable, notification, delivery_id)`` sending on channel ``name`` of
+        the running loop (its result may be awaitable); built-ins get the delivery id, and
+        so does an app's channel whose ``send`` takes a third argument."""
+        call = self._loop_channels().callers.get(name)
+        if call is None:
+            channel = self.get(name)
+            builtin = name in BUILTIN and self.factories[name] is BUILTIN[name]
+            call = self._loop_channels().callers[name] = _caller(channel, builtin)
+        return call
+
     async def send(self, name: str, notifiable: Any, notification: Any, delivery_id: str) -> Any:
-        """Send on channel ``name``; built-ins get the delivery id too."""
-        channel = self.get(name)
-        if name in BUILTIN and self.factories[name] is BUILTIN[name]:
-            return await channel.send(notifiable, notification, delivery_id)
-        if _takes_delivery_id(channel.send):
-            result = channel.send(notifiable, notification, delivery_id)
-        else:
-            result = channel.send(notifiable, notification)
+        """Send on channel ``name`` (see :meth:`caller`)."""
+        result = self.caller(name)(notifiable, notification, delivery_id)
         return await result if inspect.isawaitable(result) else result
 
     async def close_loop(self) -> None:
         """Close the running loop's channels (sync ``notify_now`` calls end their loop)."""
         self._last = None
-        channels = self._by_loop.pop(asyncio.get_running_loop(), {})
+        channels = self._by_loop.pop(asyncio.get_running_loop(), _Channels())
         for channel in channels.values():
             close = getattr(channel, "close", None)
             if close is not None:
