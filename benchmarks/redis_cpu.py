@@ -118,13 +118,15 @@ def _drain(client: Any, case: Case, n: int) -> None:
             except subprocess.TimeoutExpired:
                 raise RuntimeError(f"{case.name}: worker still running after 300 s") from None
             if proc.returncode != 0:
-                raise RuntimeError(f"{case.name}: worker exited {proc.returncode}: "
-                                   f"{stderr_tail(proc)}")  # fmt: skip
+                raise RuntimeError(
+                    f"{case.name}: worker exited {proc.returncode}: {stderr_tail(proc)}"
+                )
         else:
             while case.pending() > 0:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"{case.name}: worker exited {proc.returncode}: "
-                                       f"{stderr_tail(proc)}")  # fmt: skip
+                    raise RuntimeError(
+                        f"{case.name}: worker exited {proc.returncode}: {stderr_tail(proc)}"
+                    )
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{case.name}: not drained after 300 s")
                 time.sleep(0.05)
@@ -146,14 +148,18 @@ def _spread(values: list[float], fmt: str = ".1f") -> str:
 
 
 def _report(cases: list[Case], n: int, rounds: int) -> None:
-    print(f"\nRedis CPU per drained no-op job: N = {n:,} jobs a drain, {rounds} rounds, cases "
-          f"interleaved; median [min-max]; load average {os.getloadavg()[0]:.1f} on "
-          f"{os.cpu_count()} CPUs")  # fmt: skip
+    print(
+        f"\nRedis CPU per drained no-op job: N = {n:,} jobs a drain, {rounds} rounds, cases "
+        f"interleaved; median [min-max]; load average {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} CPUs"
+    )
     width = max(len(c.name) for c in cases)
     base = cases[0]
-    print(f"  {'system':<{width}}  {'Redis CPU us/job':>22}  {'ceiling/shard jobs/s':>22}  "
-          f"{'script calls/job':>16}  {'us/script call':>14}  {'drain jobs/s (wall)':>22}  "
-          f"vs {base.name}")  # fmt: skip
+    print(
+        f"  {'system':<{width}}  {'Redis CPU us/job':>22}  {'ceiling/shard jobs/s':>22}  "
+        f"{'script calls/job':>16}  {'us/script call':>14}  {'drain jobs/s (wall)':>22}  "
+        f"vs {base.name}"
+    )
     for c in cases:
         if not c.cpu:
             continue
@@ -162,17 +168,23 @@ def _report(cases: list[Case], n: int, rounds: int) -> None:
         per_call = [u / k for u, k in zip(script_us, calls, strict=True) if k]
         ceiling = [1e6 / u for u in c.cpu]
         ratio = statistics.median(c.cpu) / statistics.median(base.cpu)
-        print(f"  {c.name:<{width}}  {_spread(c.cpu):>22}  {_spread(ceiling, ',.0f'):>22}  "
-              f"{_spread(calls, '.3f'):>16}  "
-              f"{statistics.median(per_call) if per_call else 0.0:>14.0f}  "
-              f"{_spread(c.wall, ',.0f'):>22}  {ratio:.2f}x")  # fmt: skip
+        print(
+            f"  {c.name:<{width}}  {_spread(c.cpu):>22}  {_spread(ceiling, ',.0f'):>22}  "
+            f"{_spread(calls, '.3f'):>16}  "
+            f"{statistics.median(per_call) if per_call else 0.0:>14.0f}  "
+            f"{_spread(c.wall, ',.0f'):>22}  {ratio:.2f}x"
+        )
     for c in cases:
         if not c.cpu:
             continue
-        print(f"\n  {c.name}: INFO commandstats per job (median over rounds; scripts' usec "
-              "include their inner commands)")  # fmt: skip
-        cmds = sorted({k for s in c.stats for k in s},
-                      key=lambda k: -statistics.median(s.get(k, (0, 0))[1] for s in c.stats))  # fmt: skip
+        print(
+            f"\n  {c.name}: INFO commandstats per job (median over rounds; scripts' usec "
+            "include their inner commands)"
+        )
+        cmds = sorted(
+            {k for s in c.stats for k in s},
+            key=lambda k: -statistics.median(s.get(k, (0, 0))[1] for s in c.stats),
+        )
         for cmd in cmds:
             calls = statistics.median(s.get(cmd, (0.0, 0.0))[0] for s in c.stats)
             usec = statistics.median(s.get(cmd, (0.0, 0.0))[1] for s in c.stats)
@@ -194,8 +206,11 @@ def main() -> None:
         sys.exit("redis_cpu.py needs its own Redis (it FLUSHDBs): unset TIDINGS_BENCH_REDIS_URL")
     with bench_redis() as server:
         prefix = f"tcpu{os.getpid()}"
-        os.environ.update(TIDINGS_REDIS_URL=server.url, TIDINGS_KEY=secrets.token_urlsafe(32),
-                          TIDINGS_PREFIX=prefix)  # fmt: skip
+        os.environ.update(
+            TIDINGS_REDIS_URL=server.url,
+            TIDINGS_KEY=secrets.token_urlsafe(32),
+            TIDINGS_PREFIX=prefix,
+        )
         os.environ.pop("TIDINGS_BENCH_LATENCY", None)
         from benchmarks import bench_app as b
         from benchmarks.bench_queue import Ctx, notify_worker_argv
@@ -223,8 +238,16 @@ def main() -> None:
                     continue
                 fill = peer.fill or peer.push
                 env = dict(os.environ, PYTHONPATH=path, **peer.env)
-                cases.append(Case(f"{wanted[peer.name]} ({peer.setting})", fill, peer.worker, env,
-                                  peer.pending, stop=lambda p, peer=peer: stop_tree(peer, p)))  # fmt: skip
+                cases.append(
+                    Case(
+                        f"{wanted[peer.name]} ({peer.setting})",
+                        fill,
+                        peer.worker,
+                        env,
+                        peer.pending,
+                        stop=lambda p, peer=peer: stop_tree(peer, p),
+                    )
+                )
             skipped = [m for m in missing if m.split()[0].lower() in ("huey", "dramatiq", "bullmq")]
         if args.only:
             keep = [s.strip() for s in args.only.split(",")]
@@ -235,8 +258,12 @@ def main() -> None:
         for r in range(args.rounds):
             for case in cases:
                 _drain(client, case, args.n)
-                print(f"  round {r + 1}: {case.name[:40]:<40} {case.cpu[-1]:6.1f} us/job  "
-                      f"{case.wall[-1]:8,.0f} jobs/s", file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"  round {r + 1}: {case.name[:40]:<40} {case.cpu[-1]:6.1f} us/job  "
+                    f"{case.wall[-1]:8,.0f} jobs/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
         _report(cases, args.n, args.rounds)
         client.flushdb()
 
