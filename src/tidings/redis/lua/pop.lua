@@ -445,60 +445,60 @@ local function put_back(id, score, g)
   end
 end
 
--- Reserve or drop the candidate ids (their priority scores and groups beside them), in
+-- Reserve or drop the candidate ids (and their groups, when taken from the ring), in
 -- order; returns the index of the first one not taken (a suspect ended the pop: it and
 -- those after it are to go back), or nil.
-local function take(ids, scores, groups)
-  -- Everything the checks need, read first: one call a step for the whole batch.
-  local usable, vids = {}, {}
+local function take(ids, groups)
+  -- Everything the checks need, read first: one call a step for the whole batch, kept
+  -- by position (at[i]: the id's place among the usable ones, false for an unusable id).
+  local at, vids = {}, {}
   for i, id in ipairs(ids) do
-    usable[i] = valid_id(id)
-    if usable[i] then vids[#vids + 1] = id end
-  end
-  local bodies, counts, busy, finished, failed = {}, {}, {}, {}, {}
-  if #vids > 0 then
-    local b = redis.call('HMGET', KEYS[5], unpack(vids))
-    local c = redis.call('HMGET', KEYS[6], unpack(counter_fields(vids)))
-    local r = redis.call('ZMSCORE', KEYS[3], unpack(vids))
-    local d = redis.call('ZMSCORE', KEYS[12], unpack(vids))
-    local f = redis.call('ZMSCORE', KEYS[7], unpack(vids))
-    for j, id in ipairs(vids) do
-      -- A repeated id (two copies in one batch) keeps what its first copy read.
-      if bodies[id] == nil then
-        bodies[id] = b[j]
-        counts[id] = {c[4 * j - 3], c[4 * j - 2], c[4 * j - 1], c[4 * j]}
-        busy[id], finished[id], failed[id] = r[j], d[j], f[j]
-      end
+    if valid_id(id) then
+      vids[#vids + 1] = id
+      at[i] = #vids
+    else
+      at[i] = false
     end
+  end
+  local b, c, r, d, f = {}, {}, {}, {}, {}
+  if #vids > 0 then
+    b = redis.call('HMGET', KEYS[5], unpack(vids))
+    c = redis.call('HMGET', KEYS[6], unpack(counter_fields(vids)))
+    r = redis.call('ZMSCORE', KEYS[3], unpack(vids))
+    d = redis.call('ZMSCORE', KEYS[12], unpack(vids))
+    f = redis.call('ZMSCORE', KEYS[7], unpack(vids))
   end
   local zadd, hset = {}, {}
   local stop = nil
   for i, id in ipairs(ids) do
-    local score, g = scores and scores[i], groups and groups[i]
-    local body = usable[i] and bodies[id]
-    local busy_now, finished_now = busy[id], finished[id] or failed[id]
-    if usable[i] and taken[id] ~= nil then
-      -- A copy seen earlier in this batch: what that copy did is what Redis holds now.
-      if taken[id] then
-        busy_now = true
-      else
+    local j = at[i]
+    local body, busy, finished, c1, c2, c3, c4 = false, false, false, nil, nil, nil, nil
+    if j then
+      body, busy, finished = b[j], r[j], d[j] or f[j]
+      c1, c2, c3, c4 = c[4 * j - 3], c[4 * j - 2], c[4 * j - 1], c[4 * j]
+      local seen = taken[id]
+      if seen then
+        -- A copy of a job reserved earlier in this pop: that run covers it.
+        busy = true
+      elseif seen == false then
+        -- A copy of one seen earlier in this pop and not reserved: what that copy did
+        -- (dropped, failed, forgotten) is what Redis holds now.
         body = redis.call('HGET', KEYS[5], id)
         if body then
-          local c = redis.call('HMGET', KEYS[6], id, id .. ':e', id .. ':s', id .. ':c')
-          counts[id] = c
-          busy_now = redis.call('ZSCORE', KEYS[3], id)
-          finished_now = redis.call('ZSCORE', KEYS[12], id) or redis.call('ZSCORE', KEYS[7], id)
+          c1, c2, c3, c4 = unpack(redis.call('HMGET', KEYS[6], id, id .. ':e', id .. ':s', id .. ':c'))
+          busy = redis.call('ZSCORE', KEYS[3], id)
+          finished = redis.call('ZSCORE', KEYS[12], id) or redis.call('ZSCORE', KEYS[7], id)
         end
+      else
+        taken[id] = false
       end
     end
-    if usable[i] then taken[id] = taken[id] or false end
-    local cs, sound = nil, true
+    local attempts, exceptions, stalls, sound = nil, nil, nil, true
     if body then
-      local c = counts[id]
-      cs = {counter(c[1]), counter(c[2]), counter(c[3]), c[4]}
-      sound = cs[1] ~= nil and cs[2] ~= nil and cs[3] ~= nil
+      attempts, exceptions, stalls = counter(c1), counter(c2), counter(c3)
+      sound = attempts ~= nil and exceptions ~= nil and stalls ~= nil
     end
-    if not usable[i] then
+    if not j then
       -- Not a usable job id: keep what it pointed to (or the id itself) for inspection.
       local raw = redis.call('HGET', KEYS[5], id)
       if raw then forget(id) end
@@ -511,10 +511,10 @@ local function take(ids, scores, groups)
         -- Not a job id: a raw payload someone pushed. Keep it for inspection.
         fail(raw_id(), 'malformed queue entry: not a job id', id)
       end
-    elseif busy_now then
+    elseif busy then
       -- Duplicate id of a job being run right now: that run covers it.
       dropped = dropped + 1
-    elseif finished_now then
+    elseif finished then
       -- A finished (or failed) job put back: a replay of a copied envelope. Drop it.
       forget(id)
       dropped = dropped + 1
@@ -527,27 +527,30 @@ local function take(ids, scores, groups)
       -- Decoded only off the frame (RELIABILITY B1); JSON that is not an envelope goes
       -- to the worker, which refuses it on first sight as a bad signature (B5).
       fail(id, 'malformed payload: not JSON', body)
-    elseif cs[3] > 0 and n > 0 and not cs[4] then
+    elseif stalls > 0 and n > 0 and not c4 then
       -- A suspect (its lease expired before: its worker died or froze with it) is handed
       -- out alone, so a job that kills its process takes no neighbours down with it.
       stop = i
       ended = true
       break
     else
-      zadd[#zadd + 1] = lease_end
-      zadd[#zadd + 1] = id
-      if g then redis.call('SADD', gbase .. ':gr:' .. g, id) end
+      local z = #zadd
+      zadd[z + 1], zadd[z + 2] = lease_end, id
+      if groups and groups[i] then redis.call('SADD', gbase .. ':gr:' .. groups[i], id) end
       -- One read and one write of the counters (attempts, exceptions, stalls, token).
-      cs[1] = cs[1] + 1
+      attempts = attempts + 1
       last = last + 1
       local tok = string.format('%d', last)
       local h = #hset
-      hset[h + 1], hset[h + 2], hset[h + 3], hset[h + 4] = id, num(cs[1]), id .. ':t', tok
+      hset[h + 1], hset[h + 2], hset[h + 3], hset[h + 4] = id, num(attempts), id .. ':t', tok
       taken[id] = true
-      got[#got + 1] = id
-      got[#got + 1] = tok
-      hand_out(id, body, last, cs)
-      if cs[3] > 0 and not cs[4] then
+      local g = #got
+      got[g + 1], got[g + 2] = id, tok
+      local o = #out
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, attempts, exceptions, body
+      out[o + 5], out[o + 6], out[o + 7] = last, stalls, c4 and 1 or 0
+      n = n + 1
+      if stalls > 0 and not c4 then
         stop = i + 1
         ended = true
         break
@@ -580,7 +583,7 @@ else
   while n < max and not ended do
     local id, score, g = next_id()
     if not id then break end
-    if take({id}, {score}, {g or false}) then put_back(id, score, g) end
+    if take({id}, {g or false}) then put_back(id, score, g) end
   end
 end
 if #got > 0 then
