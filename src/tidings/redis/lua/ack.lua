@@ -40,40 +40,45 @@ local function each(cmd, key, vals, per)
 end
 -- now as a string made once: Redis formats a Lua number argument with printf per call.
 local nows = string.format('%d', now)
-local function settle(ids, tokens)
-  local ask = {}
-  for _, id in ipairs(ids) do
-    ask[#ask + 1] = id .. ':t'
-    if groups_on then ask[#ask + 1] = id .. ':g' end
+-- Settle the entries ARGV[from], ARGV[from + step], ... up to ARGV[to] (each an id
+-- followed by its token); true when at least one of them still held its job.
+local function settle(from, to, step)
+  local ask, per = {}, groups_on and 2 or 1
+  for i = from, to, step do
+    local a = #ask
+    ask[a + 1] = ARGV[i] .. ':t'
+    if groups_on then ask[a + 2] = ARGV[i] .. ':g' end
   end
-  local per = groups_on and 2 or 1
-  local have = {}
-  for s = 1, #ask, 4000 do
-    local got = redis.call('HMGET', KEYS[3], unpack(ask, s, math.min(s + 3999, #ask)))
-    for _, v in ipairs(got) do have[#have + 1] = v end
+  if #ask == 0 then return false end
+  local have
+  if #ask <= 4000 then
+    have = redis.call('HMGET', KEYS[3], unpack(ask))
+  else
+    have = {}
+    for s = 1, #ask, 4000 do
+      local got = redis.call('HMGET', KEYS[3], unpack(ask, s, math.min(s + 3999, #ask)))
+      for _, v in ipairs(got) do have[#have + 1] = v end
+    end
   end
-  local ok, fields, scores, grouped = {}, {}, {}, {}
-  local seen = {}
-  for i, id in ipairs(ids) do
-    if seen[id] or have[per * (i - 1) + 1] ~= tokens[i] then
+  local keep, fields, scores, grouped, seen = {}, {}, {}, {}, {}
+  local k = 0
+  for i = from, to, step do
+    local id = ARGV[i]
+    k = k + 1
+    if seen[id] or have[per * (k - 1) + 1] ~= ARGV[i + 1] then
       -- Its token moved on (or the same id twice in one batch: the first settled it).
       lost[#lost + 1] = id
-      ok[i] = false
     else
       seen[id] = true
-      ok[i] = true
+      keep[#keep + 1] = id
       local f = #fields
       fields[f + 1], fields[f + 2], fields[f + 3], fields[f + 4] = id, id .. ':e', id .. ':t', id .. ':s'
       fields[f + 5], fields[f + 6], fields[f + 7] = id .. ':p', id .. ':c', id .. ':g'
-      scores[#scores + 1] = nows
-      scores[#scores + 1] = id
-      local g = groups_on and have[per * i]
+      local z = #scores
+      scores[z + 1], scores[z + 2] = nows, id
+      local g = groups_on and have[per * k]
       if g then grouped[#grouped + 1] = {id, g} end
     end
-  end
-  local keep = {}
-  for i, id in ipairs(ids) do
-    if ok[i] then keep[#keep + 1] = id end
   end
   -- ZREM first: at maxmemory a script's first write must be one that frees memory.
   each('ZREM', KEYS[1], keep, 1)
@@ -81,18 +86,13 @@ local function settle(ids, tokens)
   each('HDEL', KEYS[3], fields, 7)
   each('ZADD', KEYS[4], scores, 2)
   for _, e in ipairs(grouped) do pcall(group_settled, e[1], e[2], 'd') end
-  return ok
+  return #keep > 0
 end
 local plain_end = 4 + 2 * tonumber(ARGV[4])
-local ids, tokens = {}, {}
-for i = 5, plain_end, 2 do
-  ids[#ids + 1] = ARGV[i]
-  tokens[#tokens + 1] = ARGV[i + 1]
-end
-settle(ids, tokens)
+settle(5, plain_end, 2)
 local r = 6
 for i = plain_end + 1, #ARGV, 4 do
-  if settle({ARGV[i]}, {ARGV[i + 1]})[1] then
+  if settle(i, i, 4) then
     redis.call('SET', KEYS[r], ARGV[i + 3], 'PX', tonumber(ARGV[i + 2]))
     redis.call('PUBLISH', KEYS[r], 'done')
   end
