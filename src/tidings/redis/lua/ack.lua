@@ -72,7 +72,7 @@ local function settle(from, to, step)
       seen[id] = true
       keep[#keep + 1] = id
       local f = #fields
-      fields[f + 1], fields[f + 2], fields[f + 3], fields[f + 4] = id, id .. ':e', id .. ':t', id .. ':s'
+      fields[f + 1], fields[f + 2], fields[f + 3], fields[f + 4] = id, id .. ':e', ask[per * (k - 1) + 1], id .. ':s'
       fields[f + 5], fields[f + 6], fields[f + 7] = id .. ':p', id .. ':c', id .. ':g'
       local z = #scores
       scores[z + 1], scores[z + 2] = nows, id
@@ -98,7 +98,7 @@ for i = plain_end + 1, #ARGV, 4 do
   end
   r = r + 1
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - tonumber(ARGV[1]))
-redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -(tonumber(ARGV[2]) + 1))
-redis.call('SET', KEYS[5], seq .. '|' .. table.concat(lost, ' '), 'PX', 600000)
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('%d', now - tonumber(ARGV[1])))
+redis.call('ZREMRANGEBYRANK', KEYS[4], '0', string.format('%d', -(tonumber(ARGV[2]) + 1)))
+redis.call('SET', KEYS[5], seq .. '|' .. table.concat(lost, ' '), 'PX', '600000')
 return lost

@@ -42,11 +42,15 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local chunk = tonumber(ARGV[4])
-local prio_on = redis.call('EXISTS', KEYS[14]) == 1
+-- Numbers go to redis.call as strings (Redis formats a Lua number with printf per call).
+local nows = string.format('%d', now)
+-- Most queues have neither priorities nor groups: one call tells.
+local marks = redis.call('EXISTS', KEYS[14], KEYS[15])
+local prio_on = marks > 0 and redis.call('EXISTS', KEYS[14]) == 1
 -- Scores below BOUND are jobs of priority > 0 (score = (100 - priority) * 2^45 + seq).
 local STEP = 35184372088832
 local BOUND = 100 * STEP
-local groups_on = redis.call('EXISTS', KEYS[15]) == 1
+local groups_on = marks > 0 and redis.call('EXISTS', KEYS[15]) == 1
 local gbase = string.sub(KEYS[16], 1, -7)
 local broken = {}
 local function errtext(e)
@@ -150,7 +154,7 @@ end
 
 -- Bounded chunks: unpack() of more than ~8k values fails, and a script must stay short.
 local function migrate(from)
-  local due = redis.call('ZRANGEBYSCORE', from, '-inf', now, 'LIMIT', 0, chunk)
+  local due = redis.call('ZRANGEBYSCORE', from, '-inf', nows, 'LIMIT', '0', ARGV[4])
   if #due > 0 then
     redis.call('ZREM', from, unpack(due))
     to_ready(due)
@@ -187,7 +191,7 @@ local function raw_id()
 end
 
 local function recover()
-  local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, chunk)
+  local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', nows, 'LIMIT', '0', ARGV[4])
   if #due > 0 then
     redis.call('ZREM', KEYS[3], unpack(due))
     to_ready(due)
@@ -568,7 +572,7 @@ if plain then
   -- No priorities waiting and no groups: the ready list alone, in batches.
   while n < max and not ended do
     local want = math.min(max - n, TAKE)
-    local ids = redis.call('LPOP', KEYS[1], want)
+    local ids = redis.call('LPOP', KEYS[1], num(want))
     if not ids then break end
     local stop = take(ids)
     if stop then
@@ -588,7 +592,7 @@ else
 end
 if #got > 0 then
   redis.call('SET', KEYS[10], string.format('%d', last))
-  redis.call('SET', KEYS[11], seq .. '|' .. table.concat(got, ' '), 'PX', lease)
+  redis.call('SET', KEYS[11], seq .. '|' .. table.concat(got, ' '), 'PX', ARGV[2])
 end
 out[3] = dropped
 for _, b in ipairs(broken) do out[#out + 1] = b end
@@ -599,7 +603,7 @@ if redis.call('LLEN', KEYS[1]) == 0 and (not prio_on or redis.call('ZCARD', KEYS
   redis.call('DEL', KEYS[4])
   local wait = -1
   for _, key in ipairs({KEYS[2], KEYS[3]}) do
-    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
     if head[2] then
       local w = math.max(0, tonumber(head[2]) - now)
       if wait < 0 or w < wait then wait = w end
