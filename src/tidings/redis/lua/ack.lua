@@ -60,7 +60,7 @@ local function settle(from, to, step)
       for _, v in ipairs(got) do have[#have + 1] = v end
     end
   end
-  local keep, fields, scores, grouped, seen = {}, {}, {}, {}, {}
+  local keep, held, fields, scores, grouped, seen = {}, {}, {}, {}, {}, {}
   local k = 0
   for i = from, to, step do
     local id = ARGV[i]
@@ -71,9 +71,10 @@ local function settle(from, to, step)
     else
       seen[id] = true
       keep[#keep + 1] = id
-      local f = #fields
-      fields[f + 1], fields[f + 2], fields[f + 3], fields[f + 4] = id, id .. ':e', ask[per * (k - 1) + 1], id .. ':s'
-      fields[f + 5], fields[f + 6], fields[f + 7] = id .. ':p', id .. ':c', id .. ':g'
+      local h, f = #held, #fields
+      held[h + 1], held[h + 2] = id, ask[per * (k - 1) + 1]
+      fields[f + 1], fields[f + 2], fields[f + 3] = id .. ':e', id .. ':s', id .. ':p'
+      fields[f + 4], fields[f + 5] = id .. ':c', id .. ':g'
       local z = #scores
       scores[z + 1], scores[z + 2] = nows, id
       local g = groups_on and have[per * k]
@@ -83,7 +84,11 @@ local function settle(from, to, step)
   -- ZREM first: at maxmemory a script's first write must be one that frees memory.
   each('ZREM', KEYS[1], keep, 1)
   each('HDEL', KEYS[2], keep, 1)
-  each('HDEL', KEYS[3], fields, 7)
+  -- The counter and token every reserved job has go first: the listpack Redis keeps a
+  -- small hash in is scanned for each field named, and the fields most jobs never have
+  -- (exceptions, stalls, priority, cancel mark, group) are then looked up in a shorter one.
+  each('HDEL', KEYS[3], held, 2)
+  each('HDEL', KEYS[3], fields, 5)
   each('ZADD', KEYS[4], scores, 2)
   for _, e in ipairs(grouped) do pcall(group_settled, e[1], e[2], 'd') end
   return #keep > 0
