@@ -576,6 +576,28 @@ def test_a_suspect_inside_a_batch_ends_the_pop_and_the_rest_keep_their_order(
     assert r.zcard(k.reserved) == 5
 
 
+def test_the_attempts_hash_is_a_hashtable_while_jobs_are_held_and_goes_when_empty(
+    rq: RedisQueue,
+) -> None:
+    """pop keeps one long field in the attempts hash so that Redis stores it as a
+    hashtable (a lookup a field, not a listpack scan); ack and fail delete the key once
+    that field is all it holds, and a fresh pop puts it back."""
+    k, r = k_of(rq), rq.client
+    jobs = [envelope(n=i) for i in range(3)]
+    rq.push("default", jobs)
+    held_jobs = pop(rq, 2).jobs
+    assert r.object("encoding", k.attempts) == b"hashtable"
+    assert r.hlen(k.attempts) == 2 * 2 + 1
+    ack(rq, [held_jobs[0].id])
+    assert r.object("encoding", k.attempts) == b"hashtable"
+    ack(rq, [held_jobs[1].id])
+    assert not r.exists(k.attempts)  # only the encoding field was left: the key went
+    last = pop(rq, 1).jobs[0]
+    assert r.object("encoding", k.attempts) == b"hashtable"
+    failed = run(rq, lambda b: b.fail(k, last, {"exception": "x", "name": "T", "attempts": 1}))
+    assert failed and not r.exists(k.attempts)
+
+
 def test_the_same_id_twice_in_one_ack_settles_once(rq: RedisQueue) -> None:
     k, r = k_of(rq), rq.client
     job = envelope()

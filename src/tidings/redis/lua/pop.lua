@@ -213,7 +213,9 @@ local function recover()
 end
 recover()
 
+local forgot = false
 local function forget(id)
+  forgot = true
   redis.call('HDEL', KEYS[5], id)
   redis.call('HDEL', KEYS[6], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c',
     id .. ':g')
@@ -562,6 +564,10 @@ local function take(ids, groups)
     end
   end
   each('ZADD', KEYS[3], zadd, 2)
+  if #hset > 0 then
+    -- (attempts_hashtable.lua, prepended: keeps the hash in Redis's hashtable encoding)
+    hset[#hset + 1], hset[#hset + 2] = HT_FIELD, HT_VALUE
+  end
   each('HSET', KEYS[6], hset, 4)
   if stop and stop <= #ids then return stop end
   return nil
@@ -595,6 +601,7 @@ if #got > 0 then
   redis.call('SET', KEYS[11], seq .. '|' .. table.concat(got, ' '), 'PX', ARGV[2])
 end
 out[3] = dropped
+if forgot then attempts_tidy(KEYS[6]) end
 for _, b in ipairs(broken) do out[#out + 1] = b end
 
 if redis.call('LLEN', KEYS[1]) == 0 and (not prio_on or redis.call('ZCARD', KEYS[13]) == 0)
