@@ -41,7 +41,6 @@
 -- Bodies are never decoded here (cjson would rewrite them, and costs Redis time per job).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local chunk = tonumber(ARGV[4])
 -- Numbers go to redis.call as strings (Redis formats a Lua number with printf per call).
 local nows = string.format('%d', now)
 -- Most queues have neither priorities nor groups: one call tells.
