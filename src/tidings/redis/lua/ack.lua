@@ -30,8 +30,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- (group_settled, gbase and groups_on: lua/lib/group_settled.lua, prepended)
 local lost = {}
 -- Redis time per job is mostly the calls a script makes: the plain entries are checked
--- with one HMGET of their tokens and settled with one ZREM, two HDELs and one ZADD for
--- all of them (in chunks: unpack() takes at most ~8k values).
+-- with one HMGET of their tokens and settled with one ZREM, three HDELs and one ZADD
+-- for all of them (in chunks: unpack() takes at most ~8k values).
 local function each(cmd, key, vals, per)
   local step = per * 1000
   for s = 1, #vals, step do
@@ -84,9 +84,10 @@ local function settle(from, to, step)
   -- ZREM first: at maxmemory a script's first write must be one that frees memory.
   each('ZREM', KEYS[1], keep, 1)
   each('HDEL', KEYS[2], keep, 1)
-  -- The counter and token every reserved job has go first: the listpack Redis keeps a
-  -- small hash in is scanned for each field named, and the fields most jobs never have
-  -- (exceptions, stalls, priority, cancel mark, group) are then looked up in a shorter one.
+  -- The counter and token every reserved job has go first: while Redis keeps the hash as
+  -- a listpack (small, and without pop's field: attempts_hashtable.lua) it is scanned for
+  -- each field named, and the fields most jobs never have (exceptions, stalls, priority,
+  -- cancel mark, group) are then looked up in a shorter one.
   each('HDEL', KEYS[3], held, 2)
   each('HDEL', KEYS[3], fields, 5)
   each('ZADD', KEYS[4], scores, 2)
