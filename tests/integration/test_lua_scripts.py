@@ -20,13 +20,13 @@ import orjson
 import pytest
 import redis
 
-from tidings.redis import scripts
+from tidings.jobs.compose import new_id
 from tidings.moves.consume import Broker, PopResult, Reserved
+from tidings.moves.queues import RedisQueue
+from tidings.redis import scripts
 from tidings.redis.clients import async_client
 from tidings.redis.keys import QueueKeys
 from tidings.wire.envelope import JobBody, open_envelope, seal
-from tidings.jobs.compose import new_id
-from tidings.moves.queues import RedisQueue
 from tidings.wire.signing import Signer
 
 T = TypeVar("T")
@@ -554,6 +554,62 @@ def test_duplicate_ids_in_one_pop_run_once(rq: RedisQueue) -> None:
     res = pop(rq, 5)
     assert ([j.id for j in res.jobs], res.dropped) == ([job[0]], 1)
     assert r.llen(k.ready) == 0
+
+
+def test_a_suspect_inside_a_batch_ends_the_pop_and_the_rest_keep_their_order(
+    rq: RedisQueue,
+) -> None:
+    """The pop takes a plain queue's ids in one LPOP: a suspect (stalled before) met
+    after other jobs ends the pop there, and it and the ids behind it go back to the
+    head in their order; the next pop hands it out alone."""
+    k, r = k_of(rq), rq.client
+    jobs = [envelope(n=i) for i in range(5)]
+    rq.push("default", jobs)
+    ids = [j[0] for j in jobs]
+    r.hset(k.attempts, f"{ids[2]}:s", 1)
+    res = pop(rq, 5)
+    assert [j.id for j in res.jobs] == ids[:2]
+    assert [x.decode() for x in r.lrange(k.ready, 0, -1)] == ids[2:]
+    alone = pop(rq, 5).jobs
+    assert [(j.id, j.stalls) for j in alone] == [(ids[2], 1)]
+    assert [j.id for j in pop(rq, 5).jobs] == ids[3:]
+    assert r.zcard(k.reserved) == 5
+
+
+def test_the_attempts_hash_is_a_hashtable_while_jobs_are_held_and_goes_when_empty(
+    rq: RedisQueue,
+) -> None:
+    """pop keeps one long field in the attempts hash so that Redis stores it as a
+    hashtable (a lookup a field, not a listpack scan); ack and fail delete the key once
+    that field is all it holds, and a fresh pop puts it back."""
+    k, r = k_of(rq), rq.client
+    jobs = [envelope(n=i) for i in range(3)]
+    rq.push("default", jobs)
+    held_jobs = pop(rq, 2).jobs
+    assert r.object("encoding", k.attempts) == b"hashtable"
+    assert r.hlen(k.attempts) == 2 * 2 + 1
+    ack(rq, [held_jobs[0].id])
+    assert r.object("encoding", k.attempts) == b"hashtable"
+    ack(rq, [held_jobs[1].id])
+    assert not r.exists(k.attempts)  # only the encoding field was left: the key went
+    last = pop(rq, 1).jobs[0]
+    assert r.object("encoding", k.attempts) == b"hashtable"
+    failed = run(rq, lambda b: b.fail(k, last, {"exception": "x", "name": "T", "attempts": 1}))
+    assert failed and not r.exists(k.attempts)
+
+
+def test_the_same_id_twice_in_one_ack_settles_once(rq: RedisQueue) -> None:
+    k, r = k_of(rq), rq.client
+    job = envelope()
+    rq.push("default", [job])
+    got = pop(rq, 1).jobs[0]
+    lost = run(
+        rq,
+        lambda b: b.ack(k, [(got.id, got.token), (got.id, got.token)], b.ack_seq()),
+    )
+    assert lost == [got.id]  # the second entry found its job settled by the first
+    assert r.zscore(k.done, got.id) is not None
+    assert (r.hlen(k.attempts), r.zcard(k.reserved), r.hlen(k.jobs)) == (0, 0, 0)
 
 
 def test_duplicate_id_popped_while_reserved_or_after_ack(rq: RedisQueue) -> None:

@@ -29,33 +29,84 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- structures never stops the move: that bookkeeping runs under pcall.
 -- (group_settled, gbase and groups_on: lua/lib/group_settled.lua, prepended)
 local lost = {}
-local function done(id, token)
-  if redis.call('HGET', KEYS[3], id .. ':t') ~= token then
-    lost[#lost + 1] = id
-    return false
+-- Redis time per job is mostly the calls a script makes: the plain entries are checked
+-- with one HMGET of their tokens and settled with one ZREM, three HDELs and one ZADD
+-- for all of them (in chunks: unpack() takes at most ~8k values).
+local function each(cmd, key, vals, per)
+  local step = per * 1000
+  for s = 1, #vals, step do
+    redis.call(cmd, key, unpack(vals, s, math.min(s + step - 1, #vals)))
   end
-  local g = groups_on and redis.call('HGET', KEYS[3], id .. ':g')
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('HDEL', KEYS[2], id)
-  redis.call('HDEL', KEYS[3], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c',
-    id .. ':g')
-  redis.call('ZADD', KEYS[4], now, id)
-  if g then pcall(group_settled, id, g, 'd') end
-  return true
+end
+-- now as a string made once: Redis formats a Lua number argument with printf per call.
+local nows = string.format('%d', now)
+-- Settle the entries ARGV[from], ARGV[from + step], ... up to ARGV[to] (each an id
+-- followed by its token); true when at least one of them still held its job.
+local function settle(from, to, step)
+  local ask, per = {}, groups_on and 2 or 1
+  for i = from, to, step do
+    local a = #ask
+    ask[a + 1] = ARGV[i] .. ':t'
+    if groups_on then ask[a + 2] = ARGV[i] .. ':g' end
+  end
+  if #ask == 0 then return false end
+  local have
+  if #ask <= 4000 then
+    have = redis.call('HMGET', KEYS[3], unpack(ask))
+  else
+    have = {}
+    for s = 1, #ask, 4000 do
+      local got = redis.call('HMGET', KEYS[3], unpack(ask, s, math.min(s + 3999, #ask)))
+      for _, v in ipairs(got) do have[#have + 1] = v end
+    end
+  end
+  local keep, held, fields, scores, grouped, seen = {}, {}, {}, {}, {}, {}
+  local k = 0
+  for i = from, to, step do
+    local id = ARGV[i]
+    k = k + 1
+    if seen[id] or have[per * (k - 1) + 1] ~= ARGV[i + 1] then
+      -- Its token moved on (or the same id twice in one batch: the first settled it).
+      lost[#lost + 1] = id
+    else
+      seen[id] = true
+      keep[#keep + 1] = id
+      local h, f = #held, #fields
+      held[h + 1], held[h + 2] = id, ask[per * (k - 1) + 1]
+      fields[f + 1], fields[f + 2], fields[f + 3] = id .. ':e', id .. ':s', id .. ':p'
+      fields[f + 4], fields[f + 5] = id .. ':c', id .. ':g'
+      local z = #scores
+      scores[z + 1], scores[z + 2] = nows, id
+      local g = groups_on and have[per * k]
+      if g then grouped[#grouped + 1] = {id, g} end
+    end
+  end
+  -- ZREM first: at maxmemory a script's first write must be one that frees memory.
+  each('ZREM', KEYS[1], keep, 1)
+  each('HDEL', KEYS[2], keep, 1)
+  -- The counter and token every reserved job has go first: while Redis keeps the hash as
+  -- a listpack (small, and without pop's field: attempts_hashtable.lua) it is scanned for
+  -- each field named, and the fields most jobs never have (exceptions, stalls, priority,
+  -- cancel mark, group) are then looked up in a shorter one.
+  each('HDEL', KEYS[3], held, 2)
+  each('HDEL', KEYS[3], fields, 5)
+  each('ZADD', KEYS[4], scores, 2)
+  for _, e in ipairs(grouped) do pcall(group_settled, e[1], e[2], 'd') end
+  return #keep > 0
 end
 local plain_end = 4 + 2 * tonumber(ARGV[4])
-for i = 5, plain_end, 2 do
-  done(ARGV[i], ARGV[i + 1])
-end
+settle(5, plain_end, 2)
 local r = 6
 for i = plain_end + 1, #ARGV, 4 do
-  if done(ARGV[i], ARGV[i + 1]) then
+  if settle(i, i, 4) then
     redis.call('SET', KEYS[r], ARGV[i + 3], 'PX', tonumber(ARGV[i + 2]))
     redis.call('PUBLISH', KEYS[r], 'done')
   end
   r = r + 1
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - tonumber(ARGV[1]))
-redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -(tonumber(ARGV[2]) + 1))
-redis.call('SET', KEYS[5], seq .. '|' .. table.concat(lost, ' '), 'PX', 600000)
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('%d', now - tonumber(ARGV[1])))
+redis.call('ZREMRANGEBYRANK', KEYS[4], '0', string.format('%d', -(tonumber(ARGV[2]) + 1)))
+-- (attempts_tidy: lua/lib/attempts_hashtable.lua, prepended)
+attempts_tidy(KEYS[3])
+redis.call('SET', KEYS[5], seq .. '|' .. table.concat(lost, ' '), 'PX', '600000')
 return lost

@@ -19,6 +19,7 @@ if cur and redis.call('ZSCORE', KEYS[1], cur) then
   redis.call('ZREM', KEYS[1], cur)
   redis.call('HDEL', KEYS[3], cur)
   redis.call('HDEL', KEYS[4], cur, cur .. ':e', cur .. ':t', cur .. ':s', cur .. ':p', cur .. ':c')
+  attempts_tidy(KEYS[4])  -- lua/lib/attempts_hashtable.lua, prepended
   first = tonumber(redis.call('HGET', KEYS[5], 'first')) or now
   replaced = cur
 end

@@ -41,12 +41,15 @@
 -- Bodies are never decoded here (cjson would rewrite them, and costs Redis time per job).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local chunk = tonumber(ARGV[4])
-local prio_on = redis.call('EXISTS', KEYS[14]) == 1
+-- Numbers go to redis.call as strings (Redis formats a Lua number with printf per call).
+local nows = string.format('%d', now)
+-- Most queues have neither priorities nor groups: one call tells.
+local marks = redis.call('EXISTS', KEYS[14], KEYS[15])
+local prio_on = marks > 0 and redis.call('EXISTS', KEYS[14]) == 1
 -- Scores below BOUND are jobs of priority > 0 (score = (100 - priority) * 2^45 + seq).
 local STEP = 35184372088832
 local BOUND = 100 * STEP
-local groups_on = redis.call('EXISTS', KEYS[15]) == 1
+local groups_on = marks > 0 and redis.call('EXISTS', KEYS[15]) == 1
 local gbase = string.sub(KEYS[16], 1, -7)
 local broken = {}
 local function errtext(e)
@@ -150,7 +153,7 @@ end
 
 -- Bounded chunks: unpack() of more than ~8k values fails, and a script must stay short.
 local function migrate(from)
-  local due = redis.call('ZRANGEBYSCORE', from, '-inf', now, 'LIMIT', 0, chunk)
+  local due = redis.call('ZRANGEBYSCORE', from, '-inf', nows, 'LIMIT', '0', ARGV[4])
   if #due > 0 then
     redis.call('ZREM', from, unpack(due))
     to_ready(due)
@@ -164,7 +167,7 @@ migrate(KEYS[2])
 local function valid_id(id)
   -- Job ids are short printable ASCII (32 hex chars in practice); anything else
   -- (control bytes, invalid UTF-8) would break the worker that decodes it.
-  return #id > 0 and #id <= 128 and not string.find(id, '[^!-~]')
+  return #id <= 128 and string.find(id, '^[!-~]+$') ~= nil
 end
 local function counter(v)
   -- A counter beside a job: absent is 0; anything but a plain integer is corrupt (nil).
@@ -187,7 +190,7 @@ local function raw_id()
 end
 
 local function recover()
-  local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, chunk)
+  local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', nows, 'LIMIT', '0', ARGV[4])
   if #due > 0 then
     redis.call('ZREM', KEYS[3], unpack(due))
     to_ready(due)
@@ -209,7 +212,9 @@ local function recover()
 end
 recover()
 
+local forgot = false
 local function forget(id)
+  forgot = true
   redis.call('HDEL', KEYS[5], id)
   redis.call('HDEL', KEYS[6], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c',
     id .. ':g')
@@ -387,83 +392,215 @@ end
 local got = {}
 -- A hand-written counter restarts from the clock, which only moves forward.
 local last = counter(redis.call('GET', KEYS[10])) or now
-while n < max do
-  local id, score, g = next_id()
-  if not id then break end
-  local body = redis.call('HGET', KEYS[5], id)
-  local counts, sound = nil, true
-  local usable = valid_id(id)
-  if body and usable then
-    local c = redis.call('HMGET', KEYS[6], id, id .. ':e', id .. ':s', id .. ':c')
-    counts = {counter(c[1]), counter(c[2]), counter(c[3]), c[4]}
-    sound = counts[1] ~= nil and counts[2] ~= nil and counts[3] ~= nil
+
+-- Redis time per job is mostly the calls a script makes, not what they do: the ids of a
+-- plain queue are taken with one LPOP, and each step is one call for all of them (one
+-- HMGET of the bodies, one of the counters, one ZMSCORE a zset, one ZADD, one HSET).
+-- unpack() takes at most ~8k values: a batch is at most TAKE ids (4 fields each).
+local TAKE = 500
+local function each(cmd, key, vals, per)
+  local step = per * 1000
+  for s = 1, #vals, step do
+    redis.call(cmd, key, unpack(vals, s, math.min(s + step - 1, #vals)))
   end
-  if not usable then
-    -- Not a usable job id: keep what it pointed to (or the id itself) for inspection.
-    if body then forget(id) end
-    fail(raw_id(), 'malformed queue entry: job id is not printable ASCII', body or id)
-  elseif not body then
-    if #id == 32 and string.match(id, '^%x+$') then
-      -- A stale copy of a job that already finished: nothing to run.
-      dropped = dropped + 1
+end
+-- The counter fields of each id (id, id:e, id:s, id:c), in order.
+local function counter_fields(ids)
+  local f = {}
+  for _, id in ipairs(ids) do
+    local i = #f
+    f[i + 1], f[i + 2], f[i + 3], f[i + 4] = id, id .. ':e', id .. ':s', id .. ':c'
+  end
+  return f
+end
+-- Numbers go to redis.call as strings made once: Redis formats a Lua number argument
+-- with printf('%.17g') on every call, which cost more than the command itself.
+local lease_end = string.format('%d', now + lease)
+local small = {}
+local function num(x)
+  local s = small[x]
+  if not s then
+    s = string.format('%d', x)
+    small[x] = s
+  end
+  return s
+end
+
+-- Ids this pop has seen: true once reserved (its writes are sent after the batch).
+local taken = {}
+-- Set when a suspect ended the pop (handed out alone, or left for the next pop).
+local ended = false
+
+-- A suspect goes back to the head of where it came from: the next pop hands it out alone.
+local function put_back(id, score, g)
+  if g then
+    if score then
+      gcount(redis.call('ZADD', gbase .. ':gp:' .. g, string.format('%.0f', score), id))
     else
-      -- Not a job id: a raw payload someone pushed. Keep it for inspection.
-      fail(raw_id(), 'malformed queue entry: not a job id', id)
+      redis.call('LPUSH', gbase .. ':g:' .. g, id)
+      gcount(1)
     end
-  elseif redis.call('ZSCORE', KEYS[3], id) then
-    -- Duplicate id of a job being run right now: that run covers it.
-    dropped = dropped + 1
-  elseif redis.call('ZSCORE', KEYS[12], id) or redis.call('ZSCORE', KEYS[7], id) then
-    -- A finished (or failed) job put back: a replay of a copied envelope. Drop it.
-    forget(id)
-    dropped = dropped + 1
-  elseif not sound then
-    fail(id, 'corrupt attempts counter beside the job (not an integer); ' ..
-      '`notify-worker failed retry` runs it again with fresh counters', body)
-  elseif #body > max_bytes then
-    fail(id, 'payload too large: ' .. #body .. ' bytes', body)
-  elseif not envelope_shaped(body) and not pcall(cjson.decode, body) then
-    -- Decoded only off the frame (RELIABILITY B1); JSON that is not an envelope goes
-    -- to the worker, which refuses it on first sight as a bad signature (B5).
-    fail(id, 'malformed payload: not JSON', body)
-  elseif counts[3] > 0 and n > 0 and not counts[4] then
-    -- A suspect (its lease expired before: its worker died or froze with it) is handed
-    -- out alone, so a job that kills its process takes no neighbours down with it.
-    -- Back to the head: the next pop hands it out by itself.
-    if g then
-      if score then
-        gcount(redis.call('ZADD', gbase .. ':gp:' .. g, string.format('%.0f', score), id))
-      else
-        redis.call('LPUSH', gbase .. ':g:' .. g, id)
-        gcount(1)
-      end
-      if not redis.call('ZSCORE', KEYS[16], g) then
-        redis.call('ZADD', KEYS[16], 0, g)
-      end
-    elseif score then
-      redis.call('ZADD', KEYS[13], string.format('%.0f', score), id)
-    else
-      redis.call('LPUSH', KEYS[1], id)
+    if not redis.call('ZSCORE', KEYS[16], g) then
+      redis.call('ZADD', KEYS[16], 0, g)
     end
-    break
+  elseif score then
+    redis.call('ZADD', KEYS[13], string.format('%.0f', score), id)
   else
-    redis.call('ZADD', KEYS[3], now + lease, id)
-    if g then redis.call('SADD', gbase .. ':gr:' .. g, id) end
-    -- One read and one write of the counters (attempts, exceptions, stalls, token).
-    counts[1] = counts[1] + 1
-    last = last + 1
-    redis.call('HSET', KEYS[6], id, counts[1], id .. ':t', last)
-    got[#got + 1] = id
-    got[#got + 1] = last
-    hand_out(id, body, last, counts)
-    if counts[3] > 0 and not counts[4] then break end
+    redis.call('LPUSH', KEYS[1], id)
+  end
+end
+
+-- Reserve or drop the candidate ids (and their groups, when taken from the ring), in
+-- order; returns the index of the first one not taken (a suspect ended the pop: it and
+-- those after it are to go back), or nil.
+local function take(ids, groups)
+  -- Everything the checks need, read first: one call a step for the whole batch, kept
+  -- by position (at[i]: the id's place among the usable ones, false for an unusable id).
+  local at, vids = {}, {}
+  for i, id in ipairs(ids) do
+    if valid_id(id) then
+      vids[#vids + 1] = id
+      at[i] = #vids
+    else
+      at[i] = false
+    end
+  end
+  local b, c, r, d, f = {}, {}, {}, {}, {}
+  if #vids > 0 then
+    b = redis.call('HMGET', KEYS[5], unpack(vids))
+    c = redis.call('HMGET', KEYS[6], unpack(counter_fields(vids)))
+    r = redis.call('ZMSCORE', KEYS[3], unpack(vids))
+    d = redis.call('ZMSCORE', KEYS[12], unpack(vids))
+    f = redis.call('ZMSCORE', KEYS[7], unpack(vids))
+  end
+  local zadd, hset = {}, {}
+  local stop = nil
+  for i, id in ipairs(ids) do
+    local j = at[i]
+    local body, busy, finished, c1, c2, c3, c4 = false, false, false, nil, nil, nil, nil
+    if j then
+      body, busy, finished = b[j], r[j], d[j] or f[j]
+      c1, c2, c3, c4 = c[4 * j - 3], c[4 * j - 2], c[4 * j - 1], c[4 * j]
+      local seen = taken[id]
+      if seen then
+        -- A copy of a job reserved earlier in this pop: that run covers it.
+        busy = true
+      elseif seen == false then
+        -- A copy of one seen earlier in this pop and not reserved: what that copy did
+        -- (dropped, failed, forgotten) is what Redis holds now.
+        body = redis.call('HGET', KEYS[5], id)
+        if body then
+          c1, c2, c3, c4 = unpack(redis.call('HMGET', KEYS[6], id, id .. ':e', id .. ':s', id .. ':c'))
+          busy = redis.call('ZSCORE', KEYS[3], id)
+          finished = redis.call('ZSCORE', KEYS[12], id) or redis.call('ZSCORE', KEYS[7], id)
+        end
+      else
+        taken[id] = false
+      end
+    end
+    local attempts, exceptions, stalls, sound = nil, nil, nil, true
+    if body then
+      attempts, exceptions, stalls = counter(c1), counter(c2), counter(c3)
+      sound = attempts ~= nil and exceptions ~= nil and stalls ~= nil
+    end
+    if not j then
+      -- Not a usable job id: keep what it pointed to (or the id itself) for inspection.
+      local raw = redis.call('HGET', KEYS[5], id)
+      if raw then forget(id) end
+      fail(raw_id(), 'malformed queue entry: job id is not printable ASCII', raw or id)
+    elseif not body then
+      if #id == 32 and string.match(id, '^%x+$') then
+        -- A stale copy of a job that already finished: nothing to run.
+        dropped = dropped + 1
+      else
+        -- Not a job id: a raw payload someone pushed. Keep it for inspection.
+        fail(raw_id(), 'malformed queue entry: not a job id', id)
+      end
+    elseif busy then
+      -- Duplicate id of a job being run right now: that run covers it.
+      dropped = dropped + 1
+    elseif finished then
+      -- A finished (or failed) job put back: a replay of a copied envelope. Drop it.
+      forget(id)
+      dropped = dropped + 1
+    elseif not sound then
+      fail(id, 'corrupt attempts counter beside the job (not an integer); ' ..
+        '`notify-worker failed retry` runs it again with fresh counters', body)
+    elseif #body > max_bytes then
+      fail(id, 'payload too large: ' .. #body .. ' bytes', body)
+    elseif not envelope_shaped(body) and not pcall(cjson.decode, body) then
+      -- Decoded only off the frame (RELIABILITY B1); JSON that is not an envelope goes
+      -- to the worker, which refuses it on first sight as a bad signature (B5).
+      fail(id, 'malformed payload: not JSON', body)
+    elseif stalls > 0 and n > 0 and not c4 then
+      -- A suspect (its lease expired before: its worker died or froze with it) is handed
+      -- out alone, so a job that kills its process takes no neighbours down with it.
+      stop = i
+      ended = true
+      break
+    else
+      local z = #zadd
+      zadd[z + 1], zadd[z + 2] = lease_end, id
+      if groups and groups[i] then redis.call('SADD', gbase .. ':gr:' .. groups[i], id) end
+      -- One read and one write of the counters (attempts, exceptions, stalls, token).
+      attempts = attempts + 1
+      last = last + 1
+      local tok = string.format('%d', last)
+      local h = #hset
+      hset[h + 1], hset[h + 2], hset[h + 3], hset[h + 4] = id, num(attempts), id .. ':t', tok
+      taken[id] = true
+      local g = #got
+      got[g + 1], got[g + 2] = id, tok
+      local o = #out
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, attempts, exceptions, body
+      out[o + 5], out[o + 6], out[o + 7] = last, stalls, c4 and 1 or 0
+      n = n + 1
+      if stalls > 0 and not c4 then
+        stop = i + 1
+        ended = true
+        break
+      end
+    end
+  end
+  each('ZADD', KEYS[3], zadd, 2)
+  if #hset > 0 then
+    -- (attempts_hashtable.lua, prepended: keeps the hash in Redis's hashtable encoding)
+    hset[#hset + 1], hset[#hset + 2] = HT_FIELD, HT_VALUE
+  end
+  each('HSET', KEYS[6], hset, 4)
+  if stop and stop <= #ids then return stop end
+  return nil
+end
+
+local plain = not groups_on and (not prio_on or redis.call('ZCARD', KEYS[13]) == 0)
+if plain then
+  -- No priorities waiting and no groups: the ready list alone, in batches.
+  while n < max and not ended do
+    local want = math.min(max - n, TAKE)
+    local ids = redis.call('LPOP', KEYS[1], num(want))
+    if not ids then break end
+    local stop = take(ids)
+    if stop then
+      -- The ids from the suspect on go back to the head, in their order.
+      local back = {}
+      for i = #ids, stop, -1 do back[#back + 1] = ids[i] end
+      redis.call('LPUSH', KEYS[1], unpack(back))
+    end
+    if #ids < want then break end
+  end
+else
+  while n < max and not ended do
+    local id, score, g = next_id()
+    if not id then break end
+    if take({id}, {g or false}) then put_back(id, score, g) end
   end
 end
 if #got > 0 then
-  redis.call('SET', KEYS[10], last)
-  redis.call('SET', KEYS[11], seq .. '|' .. table.concat(got, ' '), 'PX', lease)
+  redis.call('SET', KEYS[10], string.format('%d', last))
+  redis.call('SET', KEYS[11], seq .. '|' .. table.concat(got, ' '), 'PX', ARGV[2])
 end
 out[3] = dropped
+if forgot then attempts_tidy(KEYS[6]) end
 for _, b in ipairs(broken) do out[#out + 1] = b end
 
 if redis.call('LLEN', KEYS[1]) == 0 and (not prio_on or redis.call('ZCARD', KEYS[13]) == 0)
@@ -472,7 +609,7 @@ if redis.call('LLEN', KEYS[1]) == 0 and (not prio_on or redis.call('ZCARD', KEYS
   redis.call('DEL', KEYS[4])
   local wait = -1
   for _, key in ipairs({KEYS[2], KEYS[3]}) do
-    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
     if head[2] then
       local w = math.max(0, tonumber(head[2]) - now)
       if wait < 0 or w < wait then wait = w end

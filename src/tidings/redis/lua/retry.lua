@@ -79,5 +79,6 @@ for i = 1, #ARGV do
     n = n + 1
   end
 end
+if n > 0 then attempts_tidy(KEYS[4]) end  -- lua/lib/attempts_hashtable.lua, prepended
 if n > 0 and redis.call('LLEN', KEYS[2]) < 64 then redis.call('RPUSH', KEYS[2], '1') end
 return n
