@@ -101,8 +101,8 @@ def test_f7_redis_sigkill_with_everysec_loses_at_most_the_last_writes(
 ) -> None:
     """``appendfsync everysec``: up to ~1 s of writes (2 s if an fsync is slow) may be
     lost. A producer keeps dispatching through the kill; a lost job must be one whose
-    dispatch returned in the last 2 s before the kill, and extra runs are bounded by the
-    acks of those 2 s plus what was in flight."""
+    dispatch returned in the last 2.5 s before the kill, and extra runs are bounded by the
+    acks of that window plus what was in flight."""
     import threading
 
     from tests.faults.fault_app import Record
@@ -148,7 +148,11 @@ def test_f7_redis_sigkill_with_everysec_loses_at_most_the_last_writes(
     everything = names + [n for n, _ in produced]
     lost_names = [n for n in everything if n not in counts]
     when = dict(produced)
-    window = 2.0
+    # Redis postpones the AOF write for up to 2 s while a background fsync is slow (a
+    # busy disk), then writes at its next event-loop turn: on a loaded machine a job
+    # whose dispatch returned just over 2 s before the kill can still be in that buffer
+    # (a 2 s window failed once at load 8). 2.5 s covers the loop's lag.
+    window = 2.5
     recent = sum(1 for _, t in produced if t_kill - window <= t <= t_kill)
     lost_recent = [n for n in lost_names if t_kill - window <= when.get(n, 0.0) <= t_kill]
     _, extra = rig.figures(everything)
