@@ -20,13 +20,13 @@ import orjson
 import pytest
 import redis
 
-from tidings.redis import scripts
+from tidings.jobs.compose import new_id
 from tidings.moves.consume import Broker, PopResult, Reserved
+from tidings.moves.queues import RedisQueue
+from tidings.redis import scripts
 from tidings.redis.clients import async_client
 from tidings.redis.keys import QueueKeys
-from tidings.wire.envelope import JobBody, open_envelope, seal
-from tidings.jobs.compose import new_id
-from tidings.moves.queues import RedisQueue
+from tidings.wire.envelope import JobBody, open_envelope, read_body, seal
 from tidings.wire.signing import Signer
 
 T = TypeVar("T")
@@ -649,4 +649,4 @@ def test_push_to_a_named_queue_uses_its_own_keys(rq: RedisQueue) -> None:
     assert "mail" in rq.queue_names()
     res = run(rq, lambda b: b.pop(rq.keys("mail"), 5))
     assert len(res.jobs) == 1 and res.jobs[0].queue == "mail"
-    assert orjson.loads(res.jobs[0].envelope)["body"]["displayName"] == "T"
+    assert read_body(res.jobs[0].envelope)["displayName"] == "T"  # type: ignore[index]
