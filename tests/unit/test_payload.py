@@ -173,6 +173,7 @@ def test_fields_that_differ_from_their_default_are_kept() -> None:
 def test_the_tag_binds_the_job_id() -> None:
     """The id is not in the body: an envelope copied under another id fails its tag."""
     job_id, env = sealed()
+    assert open_envelope(env, Signer([KEY]), job_id=job_id)["uuid"] == job_id
     with pytest.raises(PayloadRejected, match="bad signature"):
         open_envelope(env, Signer([KEY]), job_id=uuid.uuid4().hex)
 
