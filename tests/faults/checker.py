@@ -93,7 +93,6 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import orjson  # noqa: E402
 import redis  # noqa: E402
 
 from tests.faults.fault_app import (  # noqa: E402
