@@ -175,6 +175,8 @@ _RENAMED = frozenset(("uuid", "displayName", "job", "data", "pushedAt"))
 _WIRE_ONLY = frozenset(("s", "j", "n", "f", "o", "d", "t"))
 # Body fields that default to None when absent from the wire (chain: []).
 _NULLABLE = ("maxTries", "maxExceptions", "backoff", "timeout", "retryUntil", "chainCatch")
+# The fields every body has.
+_CORE = _RENAMED | frozenset(_NULLABLE) | {"chain"}
 
 
 def _number(value: object) -> bool:
@@ -216,12 +218,17 @@ def to_wire(body: JobBody, *, keep_id: bool = False) -> dict[str, Any]:
     wire["t"] = round(body["pushedAt"] * 1000)
     if keep_id:
         wire["uuid"] = body["uuid"]
-    for key, value in body.items():
-        if value is None or key in _RENAMED or key in _WIRE_ONLY:
-            continue
-        if key == "chain" and value == []:
-            continue
-        wire[key] = value
+    for key in _NULLABLE:
+        value = body.get(key)
+        if value is not None:
+            wire[key] = value
+    chain = body.get("chain")
+    if chain:
+        wire["chain"] = chain
+    if not body.keys() <= _CORE:  # optional fields (batch, priority, trace, ...)
+        for key, value in body.items():
+            if value is not None and key not in _CORE and key not in _WIRE_ONLY:
+                wire[key] = value
     return wire
 
 
