@@ -423,8 +423,8 @@ def test_failed_list_survives_records_that_are_json_but_not_objects(app: App) ->
 
 @pytest.mark.parametrize("field", ["pending", "processed", "failed", "callback"])
 def test_garbage_in_a_batch_does_not_strand_its_jobs(app: App, field: str) -> None:
-    from tidings.workflows.batch import batch
     from tidings.redis.keys import BatchKeys
+    from tidings.workflows.batch import batch
 
     batch_id = batch([Innocent("b1"), Innocent("b2")]).then(Innocent("then")).dispatch()
     r = app.queue_for(None).client
