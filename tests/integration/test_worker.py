@@ -35,10 +35,10 @@ from tidings.errors import (
     QueueUnavailable,
     SerializationError,
 )
-from tidings.observability.lifecycle import JobFailed, JobProcessed, JobReleased
-from tidings.jobs.middleware import release_uncounted
-from tidings.wire.envelope import JobBody, seal
 from tidings.jobs.compose import new_id
+from tidings.jobs.middleware import release_uncounted
+from tidings.observability.lifecycle import JobFailed, JobProcessed, JobReleased
+from tidings.wire.envelope import JobBody, seal
 from tidings.wire.signing import Signer
 from tidings.worker.worker import EXIT_STUCK, MAX_EXCEPTION_TEXT, Worker, WorkerOptions
 
