@@ -93,7 +93,6 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import orjson  # noqa: E402
 import redis  # noqa: E402
 
 from tests.faults.fault_app import (  # noqa: E402
@@ -116,6 +115,7 @@ from tidings.jobs.job import PendingDispatch  # noqa: E402
 from tidings.moves.queues import RedisQueue  # noqa: E402
 from tidings.redis import scripts  # noqa: E402
 from tidings.redis.keys import BatchKeys  # noqa: E402
+from tidings.wire.envelope import envelope_id  # noqa: E402
 from tidings.wire.results import open_result  # noqa: E402
 from tidings.workflows.batch import BatchInfo  # noqa: E402
 
@@ -1003,7 +1003,7 @@ class Checker:
         callback_ids: dict[str, str] = {}
         for kind in CALLBACKS:
             envelope = client.hget(k.info, f"cb:{kind}:b")
-            callback_ids[kind] = str(orjson.loads(envelope or b"{}")["body"]["uuid"])
+            callback_ids[kind] = str(envelope_id(envelope))
         return _Batch(tag, batch_id, names, failing, allow, member_ids, callback_ids)
 
     def _check_batches(

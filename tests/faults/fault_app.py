@@ -108,6 +108,13 @@ class Record(Job):
 
 
 @dataclass
+class Padded(Record):
+    """A Record carrying ``pad``: F12 fills Redis with 200-byte jobs (RELIABILITY.md)."""
+
+    pad: str = ""
+
+
+@dataclass
 class Work(Job):
     """Marks its start, sleeps ``seconds``, then records its execution."""
 

@@ -20,12 +20,12 @@ import pytest
 import redis
 
 from tests.faults.conftest import Rig, figure
-from tests.faults.fault_app import Record
+from tests.faults.fault_app import Padded, Record
 from tests.support import RedisServer, wait_for
 from tidings.errors import QueueUnavailable
 from tidings.moves.consume import Broker
-from tidings.redis.clients import async_client
 from tidings.moves.queues import RedisQueue
+from tidings.redis.clients import async_client
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -51,7 +51,12 @@ def _binaries() -> list[object]:
 
 
 def _fill(rig: Rig) -> tuple[list[str], list[tuple[str, QueueUnavailable]]]:
-    """Dispatch one job at a time until Redis has refused 20 of them."""
+    """Dispatch one job at a time until Redis has refused 20 of them.
+
+    Each carries 200 bytes (RELIABILITY F12): a drained job leaves its done record and
+    its timing behind for up to an hour (~270 bytes of Redis), more than a queued no-op
+    job's compact envelope takes (~240): with no-op jobs the drain would leave Redis as
+    full as it found it, and the last check below ("room again") would not hold."""
     accepted: list[str] = []
     refused: list[tuple[str, QueueUnavailable]] = []
     i = 0
@@ -59,7 +64,7 @@ def _fill(rig: Rig) -> tuple[list[str], list[tuple[str, QueueUnavailable]]]:
         name = f"m{i}"
         i += 1
         try:
-            Record(name).dispatch()
+            Padded(name, "x" * 200).dispatch()
         except QueueUnavailable as exc:
             refused.append((name, exc))
             continue

@@ -8,7 +8,6 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
-import orjson
 import pytest
 import redis
 from click.testing import CliRunner
@@ -17,9 +16,9 @@ from tests.integration import encrypted_app as m
 from tests.integration.notify_support import make_app, work
 from tidings import App, chain
 from tidings.cli.main import main
-from tidings.jobs.job import PendingDispatch
-from tidings.wire.envelope import seal
 from tidings.jobs.compose import prepare
+from tidings.jobs.job import PendingDispatch
+from tidings.wire.envelope import read_body, seal
 
 SECRETS = (m.SECRET_EMAIL.encode(), m.SECRET_SSN.encode(), b"glucose-9.9-mmol")
 K1 = "first-encryption-key-0123456789"
@@ -133,7 +132,7 @@ def test_failed_jobs_stay_sealed_and_failed_show_says_so(
         assert m.SECRET_EMAIL not in shown.output
         page = _dashboard_detail(app, job_id)
         assert "encrypted: AES-256-GCM, key " in page, page
-        sealed = orjson.loads(record.payload)["body"]["data"]
+        sealed = read_body(record.payload, job_id)["data"]  # type: ignore[index]
         assert sealed["v"][:40] not in page  # the ciphertext is not shown either
         assert m.SECRET_EMAIL not in page
         assert app.queue_for(None).retry([job_id]) == 1
@@ -210,7 +209,7 @@ def test_tampered_ciphertext_fails_verification_into_the_failed_store(
         queue, job_id, envelope, _, _ = prepare(
             PendingDispatch(m.Sealed(m.SECRET_EMAIL, "t")), app.signer, max_bytes=1 << 20
         )
-        body = orjson.loads(envelope)["body"]
+        body: Any = read_body(envelope, job_id)
         raw = bytearray(base64.b64decode(body["data"]["v"]))
         raw[20] ^= 0x01
         body["data"]["v"] = base64.b64encode(bytes(raw)).decode()
@@ -235,8 +234,8 @@ def test_sealed_data_cannot_move_to_another_job(redis_url: str, prefix: str) -> 
         _, other_id, other, _, _ = prepare(
             PendingDispatch(m.Sealed("someone@else.org", "b")), app.signer, max_bytes=1 << 20
         )
-        body = orjson.loads(other)["body"]
-        body["data"] = orjson.loads(envelope)["body"]["data"]  # job A's ciphertext in B
+        body: Any = read_body(other, other_id)
+        body["data"] = read_body(envelope)["data"]  # type: ignore[index]  # A's ciphertext in B
         app.queue_for(None).push(queue, [(other_id, reseal(body, app, queue))], 0)
         work(app)
         [record] = app.queue_for(None).failed()

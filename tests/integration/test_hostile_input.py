@@ -366,6 +366,22 @@ def test_an_envelope_moved_to_another_queue_fails_verification(app: App) -> None
     assert RUNS == ["moved"]
 
 
+def test_an_envelope_copied_under_another_id_fails_verification(app: App) -> None:
+    """The id is not in the body; the tag binds it: a copy under a fresh id (a second
+    run of a job the writer liked) is refused, and the original still runs once."""
+    job_id = Innocent("copied").dispatch()
+    copied = _envelope(app, job_id)
+    other = "f" * 32
+    r, k = app.queue_for(None).client, keys_of(app)
+    r.hset(k.jobs, other, copied)
+    r.rpush(k.ready, other)
+    assert work(app).exit_code == 0
+    assert RUNS == ["copied"]
+    [record] = app.queue_for(None).failed(["default"])
+    assert record.id == other and "bad signature" in record.exception
+    assert f"as job '{other}'" in record.exception
+
+
 def test_an_envelope_copied_to_an_app_with_another_prefix_fails_verification(
     app: App, redis_url: str, prefix: str
 ) -> None:
@@ -407,8 +423,8 @@ def test_failed_list_survives_records_that_are_json_but_not_objects(app: App) ->
 
 @pytest.mark.parametrize("field", ["pending", "processed", "failed", "callback"])
 def test_garbage_in_a_batch_does_not_strand_its_jobs(app: App, field: str) -> None:
-    from tidings.workflows.batch import batch
     from tidings.redis.keys import BatchKeys
+    from tidings.workflows.batch import batch
 
     batch_id = batch([Innocent("b1"), Innocent("b2")]).then(Innocent("then")).dispatch()
     r = app.queue_for(None).client

@@ -26,7 +26,7 @@ from tidings.moves.queues import RedisQueue
 from tidings.redis import scripts
 from tidings.redis.clients import async_client
 from tidings.redis.keys import QueueKeys
-from tidings.wire.envelope import JobBody, open_envelope, seal
+from tidings.wire.envelope import JobBody, open_envelope, read_body, seal
 from tidings.wire.signing import Signer
 
 T = TypeVar("T")
@@ -409,6 +409,36 @@ def test_expired_lease_is_migrated_and_counted_as_a_stall(rq: RedisQueue) -> Non
 # -- B1: malformed entries go to the failed store inside pop -------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("body", "handed_out"),
+    [
+        (b'{"s":"' + b"A" * 22 + b'","j":1 not json}', True),  # the frame: not decoded here
+        (b'{"sig":"' + b"0" * 64 + b'","body":{not json}', True),  # the previous frame
+        (b'{"s":"' + b"A" * 21 + b'","j":1 not json}', False),  # a short tag: off the frame
+        (b'{"s":"' + b"A" * 22 + b'","j":1 not json', False),  # no closing brace
+        (b'{"s":"' + b"A" * 22 + b'",', False),
+    ],
+    ids=["current", "previous", "short-tag", "unclosed", "cut"],
+)
+def test_the_pop_checks_the_frame_of_either_version(
+    rq: RedisQueue, body: bytes, handed_out: bool
+) -> None:
+    """Bodies on a frame go to the worker undecoded (it verifies and parses every one);
+    only those off it are decoded, and failed here when they are not JSON."""
+    k, r = k_of(rq), rq.client
+    job_id = uuid.uuid4().hex
+    r.hset(k.jobs, job_id, body)
+    r.rpush(k.ready, job_id)
+    res = pop(rq, 10)
+    assert [j.id for j in res.jobs] == ([job_id] if handed_out else [])
+    record = rq.find_failed(job_id)
+    if handed_out:
+        assert record is None
+    else:
+        assert record is not None and record.exception == "malformed payload: not JSON"
+        assert record.payload == body
+
+
 def test_malformed_entries_are_failed_inside_pop_and_valid_jobs_still_run(rq: RedisQueue) -> None:
     k, r = k_of(rq), rq.client
     good1, good2 = envelope(n=1), envelope(n=2)
@@ -705,4 +735,4 @@ def test_push_to_a_named_queue_uses_its_own_keys(rq: RedisQueue) -> None:
     assert "mail" in rq.queue_names()
     res = run(rq, lambda b: b.pop(rq.keys("mail"), 5))
     assert len(res.jobs) == 1 and res.jobs[0].queue == "mail"
-    assert orjson.loads(res.jobs[0].envelope)["body"]["displayName"] == "T"
+    assert read_body(res.jobs[0].envelope)["displayName"] == "T"  # type: ignore[index]

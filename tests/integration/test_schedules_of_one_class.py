@@ -7,12 +7,12 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
-import orjson
 import pytest
 
 from tests.integration.workflows_app import Tick, make_app
 from tidings import App
 from tidings.redis.keys import schedule_lease_key
+from tidings.wire.envelope import read_body
 from tidings.workflows.schedule import Scheduler
 
 
@@ -30,7 +30,7 @@ def _queued_kinds(app: App) -> list[str]:
     k = rq.keys("default")
     ids: Any = rq.client.lrange(k.ready, 0, -1)
     bodies: Any = rq.client.hmget(k.jobs, ids) if ids else []
-    return sorted(orjson.loads(b)["body"]["data"]["f"]["kind"] for b in bodies)
+    return sorted(read_body(b)["data"]["f"]["kind"] for b in bodies)  # type: ignore[index]
 
 
 def test_two_schedules_of_one_class_both_dispatch(app: App) -> None:

@@ -35,10 +35,10 @@ from tidings.errors import (
     QueueUnavailable,
     SerializationError,
 )
-from tidings.observability.lifecycle import JobFailed, JobProcessed, JobReleased
-from tidings.jobs.middleware import release_uncounted
-from tidings.wire.envelope import JobBody, seal
 from tidings.jobs.compose import new_id
+from tidings.jobs.middleware import release_uncounted
+from tidings.observability.lifecycle import JobFailed, JobProcessed, JobReleased
+from tidings.wire.envelope import JobBody, seal
 from tidings.wire.signing import Signer
 from tidings.worker.worker import EXIT_STUCK, MAX_EXCEPTION_TEXT, Worker, WorkerOptions
 
@@ -672,9 +672,9 @@ def test_bad_payloads_go_to_the_failed_store_and_import_nothing(
         _signed(app, f"{MODULE}:Record", good_data),
         _signed(app, f"{MODULE}:Record", good_data),
     )
-    add("swapped", b_id, a_env[:72] + b_env[72:], "bad signature")
+    add("swapped", b_id, a_env[:30] + b_env[30:], "bad signature")  # a's tag, b's body
     jid, env = _signed(app, f"{MODULE}:Record", good_data)
-    add("id-mismatch", new_id(), env, "does not match")
+    add("id-mismatch", new_id(), env, "bad signature")  # the tag binds the id
     for name, path in [
         ("os-system", "os:system"),
         ("subprocess-run", "subprocess:run"),

@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from tidings import App, Job
+from tidings.observability.lifecycle import JobProcessed, JobProcessing
 from tidings.observability.metrics import (
     JOB_TIMING_CAP,
     MAX_CLASSES,
@@ -28,7 +29,6 @@ from tidings.observability.metrics import (
     summed,
     totals,
 )
-from tidings.observability.lifecycle import JobProcessed, JobProcessing
 from tidings.worker.worker import Worker, WorkerOptions
 
 KEY = "metrics-test-key-0123456789abcdef"
@@ -188,19 +188,17 @@ def _url(client: redis.Redis) -> str:
 def test_a_lost_lease_counts_as_stalled_for_its_class(
     redis_client: redis.Redis, prefix: str
 ) -> None:
-    from types import SimpleNamespace
 
     from tidings.observability.lifecycle import ReservationLost
 
-    envelope = b'{"sig":"' + b"0" * 64 + b'","body":{"displayName":"Mailer"}}'
-    class Held:  # the part of a worker the Meter reads: the envelopes it holds
+    class Held:  # the part of a worker the Meter reads: the names of the jobs it holds
         client = None
 
         def snapshot(self) -> WorkerSnapshot:
             return WorkerSnapshot()
 
-        def envelope_of(self, job_id: str) -> bytes | None:
-            return envelope if job_id == "j1" else None
+        def job_name(self, job_id: str) -> str | None:
+            return "Mailer" if job_id == "j1" else None
 
     m = Meter(prefix, worker=Held())
     m.observe(ReservationLost("j1", "mail"))
@@ -246,7 +244,7 @@ def test_a_cancel_swallowed_inside_a_flush_still_ends_the_task() -> None:
         def snapshot(self) -> WorkerSnapshot:
             return WorkerSnapshot()
 
-        def envelope_of(self, job_id: str) -> bytes | None:
+        def job_name(self, job_id: str) -> str | None:
             return None
 
     async def main() -> None:

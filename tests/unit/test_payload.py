@@ -1,4 +1,5 @@
-"""Signed envelopes: sealing, verifying, and refusing every tampered or malformed one.
+"""Signed envelopes: sealing, verifying, and refusing every tampered or malformed one;
+envelopes of the previous frame (``{"sig":"<64 hex>","body":{...}}``) still read.
 
 B2 (wrong shape) and B5 (tampering) at the unit level; the worker-level rows (failed
 store, nothing imported) are in tests/integration/test_worker.py. No sockets.
@@ -18,7 +19,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidings.errors import ConfigurationError, PayloadRejected, PayloadTooLarge, SerializationError
-from tidings.wire.envelope import JobBody, open_envelope, seal
+from tidings.wire.envelope import (
+    JobBody,
+    envelope_id,
+    open_envelope,
+    read_body,
+    read_envelope,
+    seal,
+    to_wire,
+)
 from tidings.wire.signing import Signer, parse_keys
 
 KEY = b"k" * 32
@@ -51,9 +60,37 @@ def sealed(body: JobBody | None = None, key: bytes = KEY) -> tuple[str, bytes]:
 
 
 def sign_raw(raw: bytes, key: bytes = KEY) -> bytes:
-    """An envelope around arbitrary body bytes, correctly signed."""
+    """An envelope of the previous frame around arbitrary body bytes, correctly signed
+    (over the body alone, as the oldest versions did)."""
     sig = hmac.new(key, raw, hashlib.sha256).hexdigest().encode()
     return b'{"sig":"' + sig + b'","body":' + raw + b"}"
+
+
+def previous(body: JobBody, key: bytes = KEY, queue: str = "default") -> bytes:
+    """``body`` as the previous version sealed it: every field, the full hex HMAC over
+    the prefix, the queue and the body."""
+    raw = orjson.dumps(body)
+    bound = b"tidings:prefix:7:tidings:queue:%d:%s\n" % (len(queue), queue.encode())
+    sig = hmac.new(key, bound + raw, hashlib.sha256).hexdigest().encode()
+    return b'{"sig":"' + sig + b'","body":' + raw + b"}"
+
+
+def tag_for(rest: bytes, job_id: str, key: bytes = KEY, queue: str = "default") -> bytes:
+    """The textbook HMAC-SHA256-128 tag (base64url) of the current frame."""
+    context = b"tidings:2:prefix:7:tidings:queue:%d:%s:id:%d:%s\n" % (
+        len(queue),
+        queue.encode(),
+        len(job_id),
+        job_id.encode(),
+    )
+    mac = hmac.new(key, context + rest, hashlib.sha256).digest()[:16]
+    return base64.urlsafe_b64encode(mac).rstrip(b"=")
+
+
+def sign_wire(members: dict[str, Any], job_id: str, key: bytes = KEY) -> bytes:
+    """An envelope of the current frame around arbitrary wire members, correctly tagged."""
+    rest = orjson.dumps(members)[1:]
+    return b'{"s":"' + tag_for(rest, job_id, key) + b'",' + rest
 
 
 # -- the happy path --------------------------------------------------------------------------
@@ -65,18 +102,118 @@ def test_seal_then_open_returns_the_body() -> None:
     assert open_envelope(env, Signer([KEY]), job_id=job_id) == body
 
 
-def test_envelope_shape_is_one_json_document_with_sig_over_raw_body() -> None:
+def test_envelope_shape_is_one_json_document_with_a_tag_over_the_rest() -> None:
     body = body_for()
-    _, env = sealed(body)
+    job_id, env = sealed(body)
     doc = orjson.loads(env)
-    assert list(doc) == ["sig", "body"]
-    assert doc["body"] == body
-    raw = orjson.dumps(body)
-    # The signature binds the key prefix and the queue (each length-prefixed) as well
-    # as the body.
-    bound = b"tidings:prefix:7:tidings:queue:7:default\n" + raw
-    assert doc["sig"] == hmac.new(KEY, bound, hashlib.sha256).hexdigest()
-    assert env == b'{"sig":"' + doc["sig"].encode() + b'","body":' + raw + b"}"
+    assert list(doc)[:2] == ["s", "j"]
+    rest = env[30:]
+    assert env == b'{"s":"' + doc["s"].encode() + b'",' + rest
+    # The tag binds the key prefix, the queue and the job id (each length-prefixed) as
+    # well as the bytes after it: HMAC-SHA256 truncated to 128 bits, base64url.
+    assert doc["s"].encode() == tag_for(rest, job_id)
+    assert len(doc["s"]) == 22
+    # Defaults, the id, a display name equal to the class name and the class path of
+    # the job's own dataclass are left out; pushedAt is in ms.
+    assert env == (
+        b'{"s":"' + doc["s"].encode() + b'","j":"app.jobs:SendInvoice",'
+        b'"f":{"id":7,"items":[],"meta":{}},"t":1700000000250,"maxTries":3,'
+        b'"backoff":[1.0,5.0],"timeout":30}'
+    )
+
+
+def test_a_plain_job_fits_in_a_small_envelope() -> None:
+    """What a queued no-op job costs in Redis is mostly its envelope (issue 28)."""
+    body = body_for(maxTries=None, backoff=None, timeout=None)
+    body["data"]["f"] = {"n": 1}
+    job_id, env = sealed(body)
+    assert len(env) == 30 + len(b'"j":"app.jobs:SendInvoice","f":{"n":1},"t":1700000000250}')
+    assert open_envelope(env, Signer([KEY]), job_id=job_id) == body
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"__t": "dc", "c": "app.jobs:SendInvoice", "f": {"id": 1}},
+        {"__t": "obj", "c": "app.jobs:SendInvoice", "f": {"id": 1}},
+        {"__t": "dc", "c": "app.jobs:Other", "f": {"id": 1}},
+        {"__t": "dc", "c": "app.jobs:SendInvoice", "f": {"id": 1}, "x": 2},
+        {"__t": "enc", "k": "ab12", "v": "sealed"},
+        [1, 2],
+        None,
+    ],
+    ids=["dc", "obj", "other-class", "extra-key", "encrypted", "list", "null"],
+)
+def test_every_data_form_reads_back_the_same(data: Any) -> None:
+    body = body_for(data=data)
+    job_id, env = sealed(body)
+    assert open_envelope(env, Signer([KEY]), job_id=job_id) == body
+    assert read_body(env, job_id) == body
+
+
+def test_fields_that_differ_from_their_default_are_kept() -> None:
+    chain = [{"queue": "default", "body": {"uuid": "c" * 32}}]
+    body = body_for(
+        displayName="Invoice #7",
+        maxExceptions=2,
+        retryUntil=1_700_000_100.5,
+        chain=chain,
+        chainCatch={"queue": "q", "body": {}},
+        backoff={"exp": 2, "f": 1, "max": 60},
+        batch="b" * 32,
+        priority=5,
+        result=1000,
+        resultMaxBytes=10,
+    )
+    job_id, env = sealed(body)
+    assert open_envelope(env, Signer([KEY]), job_id=job_id) == body
+    assert orjson.loads(env)["n"] == "Invoice #7"
+
+
+def test_the_tag_binds_the_job_id() -> None:
+    """The id is not in the body: an envelope copied under another id fails its tag."""
+    job_id, env = sealed()
+    assert open_envelope(env, Signer([KEY]), job_id=job_id)["uuid"] == job_id
+    with pytest.raises(PayloadRejected, match="bad signature"):
+        open_envelope(env, Signer([KEY]), job_id=uuid.uuid4().hex)
+
+
+def test_an_envelope_kept_apart_from_its_id_carries_it() -> None:
+    body = body_for()
+    env = seal(body, Signer([KEY]), max_bytes=MAX, keep_id=True)
+    assert envelope_id(env) == body["uuid"]
+    assert open_envelope(env, Signer([KEY]), job_id=body["uuid"]) == body
+    with pytest.raises(PayloadRejected):
+        open_envelope(env, Signer([KEY]), job_id=uuid.uuid4().hex)
+    # Signed under one id while carrying another: refused.
+    members = to_wire(body, keep_id=True)
+    other = uuid.uuid4().hex
+    with pytest.raises(PayloadRejected, match="does not match"):
+        open_envelope(sign_wire(members, other), Signer([KEY]), job_id=other)
+
+
+def test_envelopes_of_the_previous_frame_still_open() -> None:
+    """Jobs queued by the previous version drain after an upgrade."""
+    body = body_for()
+    env = previous(body)
+    assert open_envelope(env, Signer([KEY]), job_id=body["uuid"]) == body
+    assert read_body(env) == body
+    assert envelope_id(env) == body["uuid"]
+    assert read_envelope(env) == orjson.loads(env)
+    with pytest.raises(PayloadRejected, match="bad signature"):
+        open_envelope(env, Signer([KEY]), job_id=body["uuid"], queue="other")
+    with pytest.raises(PayloadRejected, match="does not match"):
+        open_envelope(env, Signer([KEY]), job_id=uuid.uuid4().hex)
+
+
+def test_read_envelope_shows_both_frames_alike() -> None:
+    body = body_for()
+    job_id, env = sealed(body)
+    shown = read_envelope(env, job_id)
+    assert shown == {"sig": orjson.loads(env)["s"], "body": body}
+    assert envelope_id(env) is None  # not kept: the id is where the envelope is stored
+    for garbage in (b"", b"not json", b"[]", b'{"s":"' + b"x" * 22 + b'","j"}', None):
+        assert read_body(garbage) is None
 
 
 def test_body_bytes_are_kept_exactly() -> None:
@@ -150,14 +287,14 @@ def test_flip_one_byte_of_the_body_is_refused() -> None:
 
 def test_flip_one_byte_of_the_signature_is_refused() -> None:
     job_id, env = sealed()
-    for at in (8, 40, 71):
+    for at in (6, 15, 27):
         with pytest.raises(PayloadRejected, match="bad signature"):
             open_envelope(_flip(env, at), Signer([KEY]), job_id=job_id)
 
 
 def test_uppercase_signature_is_refused() -> None:
     job_id, env = sealed()
-    upper = env[:8] + env[8:72].upper() + env[72:]
+    upper = env[:6] + env[6:28].swapcase() + env[28:]
     assert upper != env
     with pytest.raises(PayloadRejected):
         open_envelope(upper, Signer([KEY]), job_id=job_id)
@@ -165,8 +302,8 @@ def test_uppercase_signature_is_refused() -> None:
 
 def test_swapped_bodies_are_refused() -> None:
     a_id, a = sealed()
-    b_id, b = sealed()
-    swapped = a[:72] + b[72:]  # a's signature, b's body
+    b_id, b = sealed(body_for(timeout=31))
+    swapped = a[:30] + b[30:]  # a's tag, b's body
     with pytest.raises(PayloadRejected, match="bad signature"):
         open_envelope(swapped, Signer([KEY]), job_id=b_id)
     with pytest.raises(PayloadRejected, match="bad signature"):
@@ -201,7 +338,7 @@ def test_unsigned_or_misshapen_envelopes_are_refused(make: Any) -> None:
 
 def test_id_mismatch_is_refused() -> None:
     _, env = sealed()
-    with pytest.raises(PayloadRejected, match="does not match"):
+    with pytest.raises(PayloadRejected, match="bad signature"):
         open_envelope(env, Signer([KEY]), job_id=uuid.uuid4().hex)
 
 
@@ -258,6 +395,74 @@ def test_missing_fields_are_refused(name: str) -> None:
     del body[name]
     with pytest.raises(PayloadRejected, match="malformed payload"):
         open_envelope(sign_raw(orjson.dumps(body)), Signer([KEY]), job_id=job_id)
+
+
+WRONG_WIRE: list[tuple[str, Any]] = [
+    ("j", ["a"]),
+    ("j", None),
+    ("n", 1),
+    ("t", "now"),
+    ("t", True),
+    ("t", None),
+    ("f", [1]),
+    ("o", "x"),
+    ("maxTries", "3"),
+    ("maxTries", True),
+    ("timeout", "30"),
+    ("retryUntil", "tomorrow"),
+    ("chain", {}),
+    ("chain", None),
+    ("backoff", "fast"),
+    ("backoff", {"exp": "1"}),
+    ("chainCatch", "x"),
+    ("uuid", 123),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), WRONG_WIRE, ids=lambda v: repr(v))
+def test_wrong_wire_member_types_are_refused(name: str, value: Any) -> None:
+    body = body_for()
+    members = to_wire(body)
+    if name == "o":
+        members.pop("f")
+    members[name] = value
+    with pytest.raises(PayloadRejected, match="malformed payload"):
+        open_envelope(sign_wire(members, body["uuid"]), Signer([KEY]), job_id=body["uuid"])
+
+
+@pytest.mark.parametrize("drop", [("j",), ("t",), ("f",)], ids=str)
+def test_missing_wire_members_are_refused(drop: tuple[str, ...]) -> None:
+    body = body_for()
+    members = {k: v for k, v in to_wire(body).items() if k not in drop}
+    with pytest.raises(PayloadRejected, match="malformed payload"):
+        open_envelope(sign_wire(members, body["uuid"]), Signer([KEY]), job_id=body["uuid"])
+
+
+def test_two_data_members_are_refused() -> None:
+    body = body_for()
+    members = {**to_wire(body), "d": 1}
+    with pytest.raises(PayloadRejected, match="malformed payload"):
+        open_envelope(sign_wire(members, body["uuid"]), Signer([KEY]), job_id=body["uuid"])
+
+
+def test_a_tagged_rest_that_is_not_json_is_refused() -> None:
+    rest = b'"j":"a:B",}'
+    env = b'{"s":"' + tag_for(rest, "x" * 32) + b'",' + rest
+    with pytest.raises(PayloadRejected, match="malformed payload"):
+        open_envelope(env, Signer([KEY]), job_id="x" * 32)
+
+
+def test_tags_match_a_plain_hmac_sha256_truncated() -> None:
+    for key in (b"k" * 16, b"k" * 64, b"k" * 65, bytes(range(200))):
+        signer = Signer([key, OTHER])
+        for message in (b"", b"a", b"b" * 1000):
+            want = base64.urlsafe_b64encode(
+                hmac.new(key, b"ctx" + message, hashlib.sha256).digest()[:16]
+            ).rstrip(b"=")
+            assert signer.tag(message, b"ctx") == want
+            assert signer.verify_tag(message, want, b"ctx")
+            assert not signer.verify_tag(message + b"x", want, b"ctx")
+        assert Signer([OTHER, key]).verify_tag(b"m", Signer([key]).tag(b"m"))
 
 
 @pytest.mark.parametrize("raw", [b"[1,2]", b'"text"', b"null", b"{bad json", b"123"])

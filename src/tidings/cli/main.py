@@ -40,6 +40,7 @@ from tidings.observability.redaction import redact, redact_json
 from tidings.observability.terminal import escape, escape_json
 from tidings.redis.errors import REDIS_ERRORS, is_transient
 from tidings.wire.encryption import encrypted_key_id
+from tidings.wire.envelope import read_envelope
 from tidings.worker.options import short_error
 from tidings.worker.worker import EXIT_CONFIG, EXIT_STUCK, Worker, WorkerOptions
 
@@ -547,16 +548,19 @@ def failed_show(ctx: click.Context, job_id: str) -> None:
         click.echo(f"data:      encrypted (AES-256-GCM, key {escape(sealed)}); shown sealed")
     exception = escape(redact(record.exception), multiline=True)
     click.echo(f"\n{exception}\n")
-    click.echo(escape(_shown_payload(record.payload)[:4096], multiline=True))
+    click.echo(escape(_shown_payload(record.payload, record.id)[:4096], multiline=True))
 
 
-def _shown_payload(raw: bytes) -> str:
-    """A failed job's envelope with its secrets removed, keys as well as values (the
-    dashboard shows it through the same helper); text that is not JSON is redacted as text."""
-    try:
-        envelope = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return redact(raw.decode("utf-8", "replace"))
+def _shown_payload(raw: bytes, job_id: str) -> str:
+    """A failed job's envelope (``{"sig", "body"}``, the body's every field whichever
+    frame was stored) with its secrets removed, keys as well as values (the dashboard
+    shows it through the same helper); text that is not JSON is redacted as text."""
+    envelope = read_envelope(raw, job_id)
+    if envelope is None:
+        try:
+            envelope = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return redact(raw.decode("utf-8", "replace"))
     return orjson.dumps(redact_json(envelope)).decode()
 
 

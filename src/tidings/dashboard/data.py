@@ -24,6 +24,7 @@ from tidings.observability.metrics import Counts, JobTiming, Progress
 from tidings.observability.redaction import redact
 from tidings.observability.terminal import escape
 from tidings.wire.encryption import encrypted_key_id
+from tidings.wire.envelope import read_body
 
 #: Rows on a failed-jobs page.
 FAILED_PAGE = 50
@@ -372,7 +373,7 @@ class Reader:
         record = self.rq.find_failed(job_id)
         if record is None:
             return None
-        payload, pushed, job_class = _payload(record.payload, self.secrets)
+        payload, pushed, job_class = _payload(record.payload, self.secrets, job_id)
         try:
             timing = metrics.job_timing(self.client, self.prefix, job_id)
         except Exception:
@@ -397,7 +398,7 @@ class Reader:
         pipe.hget(k.attempts, f"{job_id}:p")
         pipe.hget(k.jobs, job_id)
         raw_progress, raw_priority, body = pipe.execute()
-        name, priority = _name_and_priority(body, raw_priority)
+        name, priority = _name_and_priority(body, raw_priority, job_id)
         try:
             timing = metrics.job_timing(self.client, self.prefix, job_id)
         except Exception:  # a page never fails for want of a measurement
@@ -464,15 +465,12 @@ def _info(raw: Any) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def _name_and_priority(body: Any, raw_priority: Any) -> tuple[str, int | None]:
+def _name_and_priority(body: Any, raw_priority: Any, job_id: str) -> tuple[str, int | None]:
     """The job's display name and priority, from its envelope and its id:p entry."""
     name, priority = "", None
     if body:
-        try:
-            inner = orjson.loads(body).get("body")
-        except (orjson.JSONDecodeError, AttributeError):
-            inner = None
-        if isinstance(inner, dict):
+        inner = read_body(body, job_id)
+        if inner is not None:
             name = str(inner.get("displayName") or inner.get("job") or "")
             p = inner.get("priority", 0)
             priority = p if isinstance(p, int) and -100 <= p <= 100 else 0
@@ -482,14 +480,15 @@ def _name_and_priority(body: Any, raw_priority: Any) -> tuple[str, int | None]:
     return name, priority
 
 
-def _payload(raw: bytes, secrets: list[str]) -> tuple[str, float | None, str]:
-    """The envelope's body, pretty and redacted; its pushedAt and job class."""
-    try:
-        envelope = orjson.loads(raw)
-        body = envelope.get("body") if isinstance(envelope, dict) else None
-    except orjson.JSONDecodeError:
-        return redact(raw[:8192].decode("utf-8", "replace"), secrets), None, ""
-    if not isinstance(body, dict):
+def _payload(raw: bytes, secrets: list[str], job_id: str) -> tuple[str, float | None, str]:
+    """The envelope's body (every field, whichever frame was stored), pretty and
+    redacted; its pushedAt and job class."""
+    body = read_body(raw, job_id)
+    if body is None:
+        try:
+            orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return redact(raw[:8192].decode("utf-8", "replace"), secrets), None, ""
         return "(no body)", None, ""
     pushed = body.get("pushedAt")
     clean = redact_value(body, secrets)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 import redis
 
 from tidings.redis import scripts
 from tidings.redis.keys import BatchKeys
+from tidings.wire.envelope import read_body
 
 RETRIED_KEEP_MS = 7 * 24 * 3600 * 1000
 """How long the retried set is kept when the batch's id sets had expired."""
@@ -21,11 +21,8 @@ RETRIED_KEEP_MS = 7 * 24 * 3600 * 1000
 
 def _batch_of(envelope: Any) -> str | None:
     """The batch id in an envelope's body (read only: the worker verifies the signature)."""
-    try:
-        body = orjson.loads(envelope)["body"]
-        batch_id = body.get("batch") if isinstance(body, dict) else None
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        return None
+    body = read_body(envelope)
+    batch_id = body.get("batch") if body is not None else None
     return batch_id if isinstance(batch_id, str) and batch_id else None
 
 

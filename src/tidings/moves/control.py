@@ -23,6 +23,7 @@ from tidings.observability.metrics import Progress
 from tidings.redis import scripts
 from tidings.redis.clients import async_pubsub
 from tidings.redis.keys import QueueKeys, cancel_channel
+from tidings.wire.envelope import read_body
 from tidings.wire.results import open_result
 from tidings.wire.signing import Signer
 
@@ -177,10 +178,9 @@ def _verdict(
         )
     if body is None:
         return None
-    try:
-        keeps = "result" in orjson.loads(body)["body"]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        keeps = True  # unreadable here: the worker will fail it, and the wait ends then
+    fields = read_body(body)
+    # Unreadable here: the worker will fail it, and the wait ends then.
+    keeps = fields is None or "result" in fields
     if not keeps:
         raise ResultMissing(
             f"job {job_id} does not keep its result: set store_result = True on its class, "

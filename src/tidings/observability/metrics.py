@@ -294,7 +294,7 @@ class Observed(Protocol):
     @property
     def client(self) -> redis.asyncio.Redis | None: ...
     def snapshot(self) -> WorkerSnapshot: ...
-    def envelope_of(self, job_id: str) -> bytes | None: ...
+    def job_name(self, job_id: str) -> str | None: ...
 
 
 class Meter:
@@ -342,12 +342,8 @@ class Meter:
         return c
 
     def _running_name(self, job_id: str) -> str:
-        envelope = self.worker.envelope_of(job_id) if self.worker is not None else None
-        try:
-            name = orjson.loads(envelope or b"")["body"]["displayName"]
-        except Exception:  # not running here any more, or an unreadable envelope
-            return OTHER
-        return name if isinstance(name, str) else OTHER
+        name = self.worker.job_name(job_id) if self.worker is not None else None
+        return name if isinstance(name, str) else OTHER  # not running here any more
 
     def observe(self, event: object) -> None:
         """Record one lifecycle event (``App.emit`` calls this in worker processes).

@@ -34,6 +34,7 @@ import orjson
 
 from tidings import _current
 from tidings.errors import ConfigurationError, PayloadRejected
+from tidings.wire.envelope import read_body
 
 __all__ = [
     "Keyring",
@@ -198,12 +199,8 @@ def is_encrypted(data: Any) -> bool:
 def encrypted_key_id(envelope: bytes) -> str | None:
     """The key id of an envelope whose data is sealed (None: not sealed, or unreadable).
     Reads without verifying: for display only (``failed show``, dashboards)."""
-    try:
-        doc = orjson.loads(envelope)
-    except orjson.JSONDecodeError:
-        return None
-    body = doc.get("body") if isinstance(doc, dict) else None
-    data = body.get("data") if isinstance(body, dict) else None
+    body = read_body(envelope)
+    data = body.get("data") if body is not None else None
     if not isinstance(data, dict) or not is_encrypted(data):
         return None
     kid = data.get("k")

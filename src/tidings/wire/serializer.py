@@ -300,12 +300,38 @@ class _Encoder:
         )
 
 
+def _flat_dataclass(value: Any) -> dict[str, Any] | None:
+    """A dataclass met before whose fields are all str, None, bool, safe ints or finite
+    floats (most jobs) encoded without the general walk; None for anything else.
+    The same output as :class:`_Encoder` (every dispatch encodes its job: ~1 us less)."""
+    cls = type(value)
+    names = _DATACLASSES.get(cls)
+    if names is None:
+        return None
+    fields: dict[str, Any] = {}
+    for name in names:
+        v = getattr(value, name)
+        kind = _FAST.get(type(v))
+        if (
+            kind == 1
+            or (kind == 2 and -_MAX_SAFE_INT <= v <= _MAX_SAFE_INT)
+            or (kind == 3 and math.isfinite(v))
+        ):
+            fields[name] = v
+        else:
+            return None
+    return {"__t": "dc", "c": class_path(cls), "f": fields}
+
+
 def encode(value: Any, *, path: str = "") -> Any:
     """Turn ``value`` into JSON-ready data with type tags.
 
     Raises:
         SerializationError: a value has no queued form; the message names its path.
     """
+    flat = _flat_dataclass(value)
+    if flat is not None:
+        return flat
     try:
         return _Encoder().encode(value)
     except _Unencodable as exc:

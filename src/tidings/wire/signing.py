@@ -1,5 +1,10 @@
 """HMAC-SHA256 signing of payload bodies with the app key.
 
+Envelopes (:mod:`tidings.wire.envelope`) carry a *tag*: HMAC-SHA256 truncated to 128
+bits (RFC 2104 section 5, NIST SP 800-107), written as 22 base64url characters.
+:meth:`Signer.sign` (64 hex chars, the full MAC) still signs other records and verifies
+envelopes queued by earlier versions.
+
 ``TIDINGS_KEY`` may hold several keys separated by commas: the first signs, all verify,
 so a key can be rotated without failing the jobs already queued. A key written as
 ``base64:...`` is decoded first.
@@ -13,6 +18,7 @@ other's jobs.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 from collections.abc import Sequence
@@ -41,7 +47,7 @@ class Signer:
             opens (bound into every envelope signature).
     """
 
-    __slots__ = ("_macs", "prefix")
+    __slots__ = ("_macs", "_pads", "prefix")
 
     def __init__(self, keys: Sequence[bytes], *, prefix: str = "tidings") -> None:
         self.prefix = prefix
@@ -49,6 +55,10 @@ class Signer:
         # lookup are paid once, not on every job (which, on a cold CPU after an idle
         # wait, is most of a signature's cost).
         self._macs = [hmac.new(k, digestmod=hashlib.sha256) for k in keys]
+        # The same HMAC on hashlib's own objects for tags (RFC 2104: H(K^opad, H(K^ipad,
+        # m))): the inner and outer states keyed once, copied per message. Half the cost
+        # of copying an ``hmac.HMAC`` (~1 us a job instead of ~2.3).
+        self._pads = [_keyed_pads(k) for k in keys]
 
     def sign(self, body: bytes, context: bytes = b"") -> str:
         """Hex HMAC-SHA256 of ``context`` followed by ``body``.
@@ -64,6 +74,42 @@ class Signer:
         for base in self._macs:
             ok |= hmac.compare_digest(_hex(base, body, context).encode(), signature)
         return ok
+
+    def tag(self, message: bytes, context: bytes = b"") -> bytes:
+        """The 22-char base64url HMAC-SHA256-128 tag of ``context`` followed by
+        ``message`` (with the signing key)."""
+        return _tag(self._pads[0], context, message)
+
+    def verify_tag(self, message: bytes, tag: bytes, context: bytes = b"") -> bool:
+        """Constant-time check of a :meth:`tag` against every key."""
+        ok = False
+        for pads in self._pads:
+            ok |= hmac.compare_digest(_tag(pads, context, message), tag)
+        return ok
+
+
+_Pads = tuple["hashlib._Hash", "hashlib._Hash"]
+_BLOCK = 64  # SHA-256's block size
+_IPAD = bytes(x ^ 0x36 for x in range(256))
+_OPAD = bytes(x ^ 0x5C for x in range(256))
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
+def _keyed_pads(key: bytes) -> _Pads:
+    if len(key) > _BLOCK:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(_BLOCK, b"\0")
+    return hashlib.sha256(key.translate(_IPAD)), hashlib.sha256(key.translate(_OPAD))
+
+
+def _tag(pads: _Pads, context: bytes, message: bytes) -> bytes:
+    inner = pads[0].copy()
+    inner.update(context)
+    inner.update(message)
+    outer = pads[1].copy()
+    outer.update(inner.digest())
+    # 16 bytes are 24 base64 chars, the last two '=' padding: 22 kept.
+    return binascii.b2a_base64(outer.digest()[:16], newline=False)[:22].translate(_URLSAFE)
 
 
 def _hex(base: hmac.HMAC, body: bytes, context: bytes = b"") -> str:

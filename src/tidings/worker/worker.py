@@ -43,6 +43,7 @@ from tidings.observability.lifecycle import WorkerStarting, WorkerStopping
 from tidings.observability.metrics import WorkerSnapshot
 from tidings.redis.clients import async_client
 from tidings.redis.errors import REDIS_ERRORS, is_transient
+from tidings.wire.envelope import read_body
 from tidings.worker.acks import AckBatcher
 from tidings.worker.cancels import CancelListener
 from tidings.worker.execute import Executor
@@ -134,10 +135,13 @@ class Worker:
             exit_code=self.exit_code,
         )
 
-    def envelope_of(self, job_id: str) -> bytes | None:
-        """The envelope of a job this worker holds (None when it holds none)."""
+    def job_name(self, job_id: str) -> str | None:
+        """The display name of a job this worker holds, read from its envelope (None
+        when it holds none, or the envelope is unreadable)."""
         held = self.held.get(job_id)
-        return held.reserved.envelope if held is not None else None
+        body = read_body(held.reserved.envelope, job_id) if held is not None else None
+        name = body.get("displayName") if body is not None else None
+        return name if isinstance(name, str) else None
 
     # -- control ------------------------------------------------------------------------
 

@@ -37,12 +37,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-import orjson
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from tidings import _clock, _current
-from tidings.errors import BatchClosed, MaxAttemptsExceeded
+from tidings.errors import BatchClosed, MaxAttemptsExceeded, PayloadRejected
 from tidings.hosts import AppHost, WorkflowHost
 from tidings.jobs.compose import build_body, default_delay, new_id, priority_of
 from tidings.jobs.job import Job, PendingDispatch, current_run, option
@@ -51,7 +50,7 @@ from tidings.moves.queues import unavailable_aguard, unavailable_guard
 from tidings.redis import scripts
 from tidings.redis.keys import BatchKeys, batches_key
 from tidings.redis.scripts import Arg
-from tidings.wire.envelope import JobBody, seal
+from tidings.wire.envelope import JobBody, envelope_id, seal
 from tidings.workflows.batch_admin import (
     BatchInfo,
     cancel_batch,
@@ -108,7 +107,8 @@ def _callback_fields(
     q = queue or option(job.option_source(), "queue") or "default"
     body = build_body(job, new_id())
     body["batchCallback"] = batch_id
-    envelope = seal(body, app.signer, max_bytes=app.max_payload_bytes, queue=str(q))
+    # Kept in the batch's record without its id: the envelope carries it (keep_id).
+    envelope = seal(body, app.signer, max_bytes=app.max_payload_bytes, queue=str(q), keep_id=True)
     return [f"cb:{kind}:q", str(q), f"cb:{kind}:b", envelope]
 
 
@@ -118,7 +118,10 @@ def _callbacks(raw: list[Any]) -> list[tuple[str, str, bytes]]:
 
 
 def _envelope_id(envelope: bytes) -> str:
-    return str(orjson.loads(envelope)["body"]["uuid"])
+    job_id = envelope_id(envelope)
+    if job_id is None:
+        raise PayloadRejected("a batch callback's envelope carries no job id")
+    return job_id
 
 
 def _is_cluster(client: Any) -> bool:
@@ -340,7 +343,7 @@ async def record(app: WorkflowHost, body: JobBody, outcome: str) -> None:
     for kind, queue, envelope in _callbacks(raw):
         try:
             callback_id = _envelope_id(envelope)
-        except (orjson.JSONDecodeError, KeyError, TypeError):
+        except PayloadRejected:
             # A callback envelope spoiled in Redis: it could never run (its
             # signature is checked too); skip it rather than fail the job that fired it.
             log.error("batch %s: %s callback is unreadable; skipped", batch_id, kind)

@@ -176,12 +176,14 @@ local function counter(v)
   return tonumber(v)
 end
 local function envelope_shaped(body)
-  -- The frame every envelope has ({"sig":"<64 hex>","body":{...}}). Only bodies off
+  -- The frame every envelope has ({"s":"<22-char tag>","j":...}, or an earlier
+  -- version's {"sig":"<64 hex>","body":{...}}: wire/envelope.py). Only bodies off
   -- the frame are decoded here: the worker parses every body and checks the signature
   -- over it anyway (a malformed one fails there, kept whole), and a cjson.decode of
   -- every body here cost ~3.5 us of Redis time per job.
+  if string.byte(body, -1) ~= 125 then return false end
+  if string.sub(body, 1, 6) == '{"s":"' then return string.sub(body, 29, 31) == '","' end
   return string.sub(body, 1, 8) == '{"sig":"' and string.sub(body, 73, 82) == '","body":{'
-    and string.byte(body, -1) == 125
 end
 local function raw_id()
   -- The sequence is data too: a hand-written one would make HINCRBY raise.
