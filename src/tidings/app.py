@@ -168,7 +168,11 @@ class App:
         )
         # Envelopes bind the key prefix: another app on this Redis with the same key
         # but its own prefix does not run this app's jobs (tidings.wire.envelope).
-        self.signer = Signer(parse_keys(self.settings.key), prefix=self.settings.prefix)
+        self.signer = Signer(
+            parse_keys(self.settings.key),
+            prefix=self.settings.prefix,
+            frame=self.settings.envelope_frame,
+        )
         _register_secrets(self.settings)
         self._queues: dict[str | None, RedisQueue] = {}
         self._queues_used: set[str] = {"default"}

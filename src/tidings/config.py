@@ -70,6 +70,10 @@ class Settings:
     """Seconds a kept return value lasts (a job's ``result_ttl_s`` wins)."""
     result_max_bytes: int = 1024 * 1024
     """The most bytes a kept return value may take, encoded; over it the job fails."""
+    envelope_frame: int = 2
+    """The frame new envelopes are written in: 2, the compact one; 1, the frame of
+    tidings before it, which every worker reads (for a rolling upgrade: producers
+    upgraded before the workers keep writing 1 until every worker reads 2)."""
 
     def where(self, name: str) -> str:
         """Where setting ``name`` was read from, in words (``settings.TIDINGS['key']``,
@@ -205,6 +209,14 @@ class Settings:
             value = get(name)
             if value is not None:
                 setattr(settings, name, value is True or str(value).lower() in _TRUE)
+        value = get("envelope_frame")
+        if value is not None:
+            if str(value) not in ("1", "2"):
+                raise ConfigurationError(
+                    f"TIDINGS_ENVELOPE_FRAME must be 1 or 2, not {value!r} "
+                    f"(read from {sources['envelope_frame']})"
+                )
+            settings.envelope_frame = int(str(value))
         value = get("missing_models")
         if value is not None:
             if str(value) not in ("fail", "skip"):

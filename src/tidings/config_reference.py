@@ -51,6 +51,11 @@ MEANINGS: dict[str, str] = {
     "webhook_allow_private": "`1` lets webhooks reach private, loopback and link-local addresses",
     "templates": "directory of the app's mail templates",
     "max_payload_bytes": "largest signed payload accepted at dispatch and at pop",
+    "envelope_frame": (
+        "`2` (default): the compact envelope; `1`: the previous frame, which workers of "
+        "earlier versions read: set it on producers during a rolling upgrade until every "
+        "worker runs this version"
+    ),
     "connections": "extra named Redis URLs for `on_connection(name)` (keyword only: a dict)",
     "database_url": (
         "SQLAlchemy URL of the `database` channel's `notifications` table (SQLite, "

@@ -206,6 +206,30 @@ def test_envelopes_of_the_previous_frame_still_open() -> None:
         open_envelope(env, Signer([KEY]), job_id=uuid.uuid4().hex)
 
 
+def test_envelope_frame_1_writes_exactly_what_the_previous_version_wrote() -> None:
+    """``envelope_frame=1`` (a rolling upgrade: producers first): byte for byte the
+    previous frame, which workers of the previous version open; the current one too."""
+    body = body_for()
+    env = seal(body, Signer([KEY], frame=1), max_bytes=MAX)
+    assert env == previous(body)
+    assert open_envelope(env, Signer([KEY]), job_id=body["uuid"]) == body
+    other = seal(body, Signer([KEY], frame=1), max_bytes=MAX, queue="mail")
+    assert other == previous(body, queue="mail")
+    with pytest.raises(PayloadTooLarge):
+        seal(body, Signer([KEY], frame=1), max_bytes=100)
+
+
+def test_the_envelope_frame_setting() -> None:
+    from tidings.config import Settings
+
+    base = {"redis_url": "redis://x:1"}
+    assert Settings.resolve(base, {"TIDINGS_KEY": "k" * 40}).envelope_frame == 2
+    env = {"TIDINGS_KEY": "k" * 40, "TIDINGS_ENVELOPE_FRAME": "1"}
+    assert Settings.resolve(base, env).envelope_frame == 1
+    with pytest.raises(ConfigurationError, match="TIDINGS_ENVELOPE_FRAME must be 1 or 2"):
+        Settings.resolve({**base, "envelope_frame": 3}, {"TIDINGS_KEY": "k" * 40})
+
+
 def test_read_envelope_shows_both_frames_alike() -> None:
     body = body_for()
     job_id, env = sealed(body)

@@ -273,21 +273,39 @@ def seal(
     Raises:
         PayloadTooLarge: the envelope is over ``max_bytes``; nothing was pushed.
     """
+    if signer.frame == 1 and not keep_id:
+        return _seal_earlier(body, signer, max_bytes=max_bytes, queue=queue)
+    raw = _json(to_wire(body, keep_id=keep_id), body)
+    rest = raw[1:]  # the members and the closing brace, after the tag
+    tag = signer.tag(rest, _tag_context(queue, signer.prefix, body["uuid"]))
+    return _sized(b"".join((_TAG_HEAD, tag, b'",', rest)), body, max_bytes)
+
+
+def _json(value: object, body: JobBody) -> bytes:
     try:
-        raw = orjson.dumps(to_wire(body, keep_id=keep_id))
+        return orjson.dumps(value)
     except (TypeError, orjson.JSONEncodeError) as exc:
         # e.g. an unpaired surrogate in a str: not representable as UTF-8 JSON.
         raise SerializationError(
             f"payload of {body['displayName']} is not JSON-safe: {exc}"
         ) from exc
-    rest = raw[1:]  # the members and the closing brace, after the tag
-    tag = signer.tag(rest, _tag_context(queue, signer.prefix, body["uuid"]))
-    envelope = b"".join((_TAG_HEAD, tag, b'",', rest))
+
+
+def _sized(envelope: bytes, body: JobBody, max_bytes: int) -> bytes:
     if len(envelope) > max_bytes:
         raise PayloadTooLarge(
             f"payload of {body['displayName']} is {len(envelope)} bytes; the limit is {max_bytes}"
         )
     return envelope
+
+
+def _seal_earlier(body: JobBody, signer: Signer, *, max_bytes: int, queue: str) -> bytes:
+    """The previous frame (``{"sig":"<64 hex>","body":{...}}``, every field by its long
+    name), which workers of earlier versions read: written with ``envelope_frame=1``
+    during a rolling upgrade."""
+    raw = _json(body, body)
+    signature = signer.sign(raw, _bound(queue, signer.prefix)).encode()
+    return _sized(b"".join((_HEAD, signature, _MID, raw, b"}")), body, max_bytes)
 
 
 def _tagged(envelope: bytes) -> bool:

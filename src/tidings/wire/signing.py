@@ -45,12 +45,16 @@ class Signer:
         keys: the key bytes, the signing key first.
         prefix: the Redis key prefix of the App whose envelopes this signer seals and
             opens (bound into every envelope signature).
+        frame: the envelope frame sealed envelopes are written in (both are opened).
     """
 
-    __slots__ = ("_macs", "_pads", "prefix")
+    __slots__ = ("_macs", "_pads", "frame", "prefix")
 
-    def __init__(self, keys: Sequence[bytes], *, prefix: str = "tidings") -> None:
+    def __init__(self, keys: Sequence[bytes], *, prefix: str = "tidings", frame: int = 2) -> None:
         self.prefix = prefix
+        self.frame = frame
+        """The envelope frame :func:`~tidings.wire.envelope.seal` writes (setting
+        ``envelope_frame``): 2, the compact one; 1, the previous one."""
         # One keyed HMAC per key, copied per message: the key schedule and the digest
         # lookup are paid once, not on every job (which, on a cold CPU after an idle
         # wait, is most of a signature's cost).
