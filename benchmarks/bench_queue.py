@@ -717,7 +717,22 @@ BUCKETS: list[tuple[str, Callable[[list[str]], bool]]] = [
     ),
     (
         "worker's own code (self time in worker/broker/scripts)",
-        lambda s: s[-1].split(" (")[-1].startswith(("worker.py", "fetch.py", "execute.py", "settle.py", "acks.py", "held.py", "consume.py", "scripts.py")),
+        lambda s: (
+            s[-1]
+            .split(" (")[-1]
+            .startswith(
+                (
+                    "worker.py",
+                    "fetch.py",
+                    "execute.py",
+                    "settle.py",
+                    "acks.py",
+                    "held.py",
+                    "consume.py",
+                    "scripts.py",
+                )
+            )
+        ),
     ),
     ("asyncio: tasks, events, callbacks, scheduling", lambda s: "(asyncio/" in s[-1]),
     ("other", lambda s: True),

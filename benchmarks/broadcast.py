@@ -272,8 +272,10 @@ def main() -> None:
             dres["drained_per_s"] = round(sent / drained_s)
             print(f"  dispatch  {args.rate:>7.0f} msg/s  {dres}", flush=True)
             print()
-            print(f"| {args.clients} SSE clients, 2 web processes | rate | p50 ms | p99 ms "
-                  "(spread) | max ms | lost | duplicated | other channel |")
+            print(
+                f"| {args.clients} SSE clients, 2 web processes | rate | p50 ms | p99 ms "
+                "(spread) | max ms | lost | duplicated | other channel |"
+            )
             print("|---|---|---|---|---|---|---|---|")
             for name, rate in (("baseline (publish)", args.rate / 10),
                                ("publish (XADD)", args.rate)):  # fmt: skip

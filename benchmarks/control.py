@@ -250,9 +250,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--samples", type=int, default=200, help="cancels and result waits")
     p.add_argument("--enqueue-rounds", type=int, default=15, help="enqueue-only rounds")
-    p.add_argument("--topology", default="plain", choices=("plain", "cluster", "sentinel", "all"),
-                   help="also (or only) on a 6-node Redis Cluster / a Sentinel group on "
-                   "loopback (tests/support/topology.py); --jobs 0 for the latencies only")
+    p.add_argument(
+        "--topology",
+        default="plain",
+        choices=("plain", "cluster", "sentinel", "all"),
+        help="also (or only) on a 6-node Redis Cluster / a Sentinel group on "
+        "loopback (tests/support/topology.py); --jobs 0 for the latencies only",
+    )
     a = p.parse_args()
     # Every drain starts a worker, and each would warn that the throwaway Redis has no
     # persistence: said once here instead.
@@ -279,6 +283,7 @@ def main() -> None:
                 run(g.url, a.jobs, a.rounds, a.samples, a.enqueue_rounds)
         finally:
             shutil.rmtree(base, ignore_errors=True)
+
 
 if __name__ == "__main__":
     # Run as ``python -m benchmarks.control``, this file is ``__main__``, but the jobs it

@@ -47,7 +47,7 @@ CLASSES = ("billing.jobs.SendInvoice", "mail.jobs.Welcome", "sync.jobs.PushCrm")
 
 def trace(size: int) -> str:
     """A traceback of about ``size`` characters (frames repeated), ending as TRACE does."""
-    head, _, tail = TRACE.partition("  File \"/srv/app/billing/jobs.py")
+    head, _, tail = TRACE.partition('  File "/srv/app/billing/jobs.py')
     frame = (
         '  File "/srv/app/.venv/lib/python3.11/site-packages/framework/middleware.py", '
         "line 120, in __call__\n    return await self.app(scope, receive, send)\n"
@@ -119,7 +119,11 @@ def measure(app: Any, client: Any, paths: dict[str, str], requests: int) -> dict
                 found = re.search(r'id="older" href="([^"]+)"', resp.text)
                 path = html.unescape(found.group(1)) if found else ""
             out[f"search to the oldest ({pages} req)"] = (
-                (time.process_time() - c0) / pages, (redis_cpu(client) - r0) / pages, 0.0, rows)
+                (time.process_time() - c0) / pages,
+                (redis_cpu(client) - r0) / pages,
+                0.0,
+                rows,
+            )
 
     asyncio.run(main())
     return out
@@ -129,8 +133,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--requests", type=int, default=5)
-    ap.add_argument("--trace-bytes", type=int, default=8000,
-                    help="size of each record's traceback (the worker keeps up to 8 KiB)")
+    ap.add_argument(
+        "--trace-bytes",
+        type=int,
+        default=8000,
+        help="size of each record's traceback (the worker keeps up to 8 KiB)",
+    )
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     with bench_redis() as server:
@@ -151,8 +159,10 @@ def main() -> None:
             "text search, rare match": SEARCH,
             "text search, no match": "/failed?q=no-such-text",
         }
-        print(f"redis {server.version}; tracebacks of {args.trace_bytes:,} characters; "
-              f"CPU per request (median of {args.requests})")
+        print(
+            f"redis {server.version}; tracebacks of {args.trace_bytes:,} characters; "
+            f"CPU per request (median of {args.requests})"
+        )
         print(f"{'failed jobs':>12}  {'request':<26} {'CPU ms':>8} {'redis CPU ms':>13} "
               f"{'wall ms':>8} {'rows':>5}")  # fmt: skip
         try:

@@ -140,8 +140,13 @@ def run(name: str, ref: str | None = None, smtp: bool = False) -> float:
                     t1 = time.monotonic()
                     servers.append(
                         subprocess.Popen(
-                            cmd[1:], shell=True, cwd=cwd, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cmd[1:],
+                            shell=True,
+                            cwd=cwd,
+                            env=env,
+                            start_new_session=True,
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
                         )
                     )
                     _wait_port(port)

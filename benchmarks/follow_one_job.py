@@ -36,9 +36,11 @@ def main() -> int:
 
     try:
         from tidings.worker.worker import Worker, WorkerOptions
+
         scripts_mod = "tidings.redis.scripts"
     except ImportError:  # the layout before issue 21
         from tidings.queue.worker import Worker, WorkerOptions  # type: ignore[no-redef]
+
         scripts_mod = "tidings.queue.scripts"
     import importlib
 

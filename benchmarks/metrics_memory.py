@@ -68,8 +68,10 @@ def main() -> None:
         feed(m, client, args.jobs, args.queues, args.classes, time.time())
         took = time.perf_counter() - t0
         used, keys = stats_bytes(client, prefix)
-        print(f"{args.jobs:,} jobs over {args.queues} queues x {args.classes} classes, one minute:"
-              f" {used / 1024:.0f} KiB in {keys} keys ({took:.1f}s to record and flush)")
+        print(
+            f"{args.jobs:,} jobs over {args.queues} queues x {args.classes} classes, one minute:"
+            f" {used / 1024:.0f} KiB in {keys} keys ({took:.1f}s to record and flush)"
+        )
         # steady state: every minute of the window busy, timings at their cap
         prefix2 = prefix + "s"
         m2 = Meter(prefix2)
@@ -84,9 +86,11 @@ def main() -> None:
                 m2._timing_minute = int(t // 60)
             feed(m2, client, per_minute, args.queues, args.classes, t)
         used2, keys2 = stats_bytes(client, prefix2)
-        print(f"steady state (all {args.queues * args.classes} queue/class pairs busy in each of "
-              f"{minutes} minutes, {JOB_TIMING_CAP} timings/min kept 60 min): "
-              f"{used2 / 1024 / 1024:.2f} MiB in {keys2} keys: the bound for any job count")
+        print(
+            f"steady state (all {args.queues * args.classes} queue/class pairs busy in each of "
+            f"{minutes} minutes, {JOB_TIMING_CAP} timings/min kept 60 min): "
+            f"{used2 / 1024 / 1024:.2f} MiB in {keys2} keys: the bound for any job count"
+        )
         for p in (prefix, prefix2):
             for key in client.scan_iter(match=f"{p}:*", count=1000):
                 client.delete(key)

@@ -72,9 +72,11 @@ def main() -> None:
               f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
         for name in cases:
             c, w = cpu[name], wall[name]
-            print(f"  {name:<58} {statistics.median(c):6.1f} us CPU/job "
-                  f"[{min(c):.1f}-{max(c):.1f}] ({statistics.median(c) / base - 1:+.1%})   "
-                  f"{statistics.median(w):7,.0f} jobs/s wall [{min(w):,.0f}-{max(w):,.0f}]")
+            print(
+                f"  {name:<58} {statistics.median(c):6.1f} us CPU/job "
+                f"[{min(c):.1f}-{max(c):.1f}] ({statistics.median(c) / base - 1:+.1%})   "
+                f"{statistics.median(w):7,.0f} jobs/s wall [{min(w):,.0f}-{max(w):,.0f}]"
+            )
         # Paired by round (the cases of one round ran back to back): the spread of the
         # ratio is the noise the effect must beat.
         for name in cases:
@@ -83,10 +85,12 @@ def main() -> None:
             rc = sorted(a / b_ for a, b_ in zip(cpu[name], cpu[off], strict=True))
             rw = sorted(a / b_ for a, b_ in zip(wall[off], wall[name], strict=True))
             q = len(rc) // 4
-            print(f"  {name[:30]:<30} / metrics off, per round: CPU/job "
-                  f"{statistics.median(rc):.3f}x [{rc[0]:.3f}-{rc[-1]:.3f}, middle half "
-                  f"{rc[q]:.3f}-{rc[-1 - q]:.3f}]; drain time {statistics.median(rw):.3f}x "
-                  f"[{rw[0]:.3f}-{rw[-1]:.3f}, middle half {rw[q]:.3f}-{rw[-1 - q]:.3f}]")
+            print(
+                f"  {name[:30]:<30} / metrics off, per round: CPU/job "
+                f"{statistics.median(rc):.3f}x [{rc[0]:.3f}-{rc[-1]:.3f}, middle half "
+                f"{rc[q]:.3f}-{rc[-1 - q]:.3f}]; drain time {statistics.median(rw):.3f}x "
+                f"[{rw[0]:.3f}-{rw[-1]:.3f}, middle half {rw[q]:.3f}-{rw[-1 - q]:.3f}]"
+            )
         for key in b.app.queue_for(None).client.scan_iter(match=f"{prefix}:*", count=1000):
             b.app.queue_for(None).client.delete(key)
 

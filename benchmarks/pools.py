@@ -54,8 +54,10 @@ def _fmt(xs: list[float], unit: str = "s") -> str:
 
 
 def run_sim(hours: float, seeds: int) -> None:
-    for pools, what in ((POOLS, "targets mail 2 s, default 1 s, reports 30 s"),
-                        (POOLS_ISSUE, "the issue's example: a target on mail (1 s) only")):
+    for pools, what in (
+        (POOLS, "targets mail 2 s, default 1 s, reports 30 s"),
+        (POOLS_ISSUE, "the issue's example: a target on mail (1 s) only"),
+    ):
         print(f"\n# pools with {what}")
         _run_sim(pools, hours, seeds)
 
@@ -269,9 +271,11 @@ def run_real(url: str, rounds: int, n: int) -> None:
           "wait during burst | back to minimum after burst | jobs lost |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
     for label, runs in res.items():
+
         def col(key: str, runs: list[dict[str, Any]] = runs) -> str:
             xs = [r[key] for r in runs if r[key] is not None]
             return _fmt(xs)
+
         bal = label != "fixed"
         print(f"| {label} | {col('grown_s') if bal else 'never'} | "
               f"{col('done_s')} | {col('slow_p95')} | {col('fast_p95_burst')} | "
@@ -279,8 +283,10 @@ def run_real(url: str, rounds: int, n: int) -> None:
               f"{sum(r['lost'] for r in runs)} |")  # fmt: skip
     for label, runs in res.items():
         r0 = runs[0]
-        print(f"\n{label}, round 1, per 5 s since the burst (all 5,000 dispatched at 0 s, so"
-              " a job's wait is when it started):")
+        print(
+            f"\n{label}, round 1, per 5 s since the burst (all 5,000 dispatched at 0 s, so"
+            " a job's wait is when it started):"
+        )
         for what, key, f in (("slow p95 wait", "slow_p95_per5", "{:.1f}"),
                              ("slow jobs started", "slow_started_per5", "{}"),
                              ("slow processes (most)", "slow_procs_per5", "{}")):  # fmt: skip
@@ -341,8 +347,10 @@ def run_takeover(url: str, rounds: int) -> None:
             print(f"  round {i + 1}: the surviving host already ran 3: not counted", flush=True)
             continue
         times.append(took)
-        print(f"  round {i + 1}: other host at its full share {took:.1f} s after the SIGKILL",
-              flush=True)
+        print(
+            f"  round {i + 1}: other host at its full share {took:.1f} s after the SIGKILL",
+            flush=True,
+        )
     print(f"takeover: {_fmt(times)}; most processes seen at once: {worst} (total 5)")
 
 

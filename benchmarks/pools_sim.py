@@ -125,8 +125,9 @@ def _set(st: _State, target: int, now: float) -> None:
         st.processes -= drop
 
 
-def horizon_scale(states: dict[str, _State], max_total: int, min_p: int, max_shift: int,
-                  now: float) -> None:
+def horizon_scale(
+    states: dict[str, _State], max_total: int, min_p: int, max_shift: int, now: float
+) -> None:
     """Horizon's AutoScaler::scale with the time strategy, balance=auto (one pool per queue),
     ``minProcesses`` per pool and ``maxProcesses`` for the supervisor."""
     sizes = {n: st.backlog for n, st in states.items()}
@@ -164,7 +165,9 @@ def simulate(
     states = {p.name: _State(p, p.min_processes) for p in pools}
     balancer = Balancer(
         [PoolLimits(p.name, p.min_processes, p.max_processes, p.target_wait_s) for p in pools],
-        budget=max_total, cooldown_s=cooldown_s, max_shift=max_shift,
+        budget=max_total,
+        cooldown_s=cooldown_s,
+        max_shift=max_shift,
     )
     steps = len(next(iter(arrivals.values())))
     last_scale = -1e9

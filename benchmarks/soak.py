@@ -292,16 +292,22 @@ def main(argv: list[str] | None = None) -> int:
         ]  # fmt: skip
         print(f"jobs        {dispatched}")
         print(f"lost        {lost}")
-        print(f"extra runs  {extra}  (kills {len(workers.killed)}, bound "
-              f"{len(workers.killed) * args.concurrency} + in flight at a Redis restart)")
+        print(
+            f"extra runs  {extra}  (kills {len(workers.killed)}, bound "
+            f"{len(workers.killed) * args.concurrency} + in flight at a Redis restart)"
+        )
         print(f"duration    {duration:.2f}s  ({dispatched / duration:.0f} jobs/s)")
         print(f"queue left  {left}")
         if growth:
-            print(f"worker RSS  growth after warm-up: max {max(growth) * 100:+.1f}% "
-                  f"(median {sorted(growth)[len(growth) // 2] * 100:+.1f}%, "
-                  f"{len(growth)} workers that lived through the run)")
-        print(f"redis data  {mem_before / 1e6:.2f} MB before, {mem_after / 1e6:.2f} MB after "
-              f"the drain (accounting deleted); keys left: {keys_left}")
+            print(
+                f"worker RSS  growth after warm-up: max {max(growth) * 100:+.1f}% "
+                f"(median {sorted(growth)[len(growth) // 2] * 100:+.1f}%, "
+                f"{len(growth)} workers that lived through the run)"
+            )
+        print(
+            f"redis data  {mem_before / 1e6:.2f} MB before, {mem_after / 1e6:.2f} MB after "
+            f"the drain (accounting deleted); keys left: {keys_left}"
+        )
         return 1 if lost else 0
     finally:
         workers.stop_all()

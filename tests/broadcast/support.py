@@ -109,9 +109,10 @@ def sse(
 
     def run() -> None:
         try:
-            with httpx.Client(timeout=httpx.Timeout(5.0, read=None)) as client, client.stream(
-                "GET", base + "/", params=query, headers=headers
-            ) as resp:
+            with (
+                httpx.Client(timeout=httpx.Timeout(5.0, read=None)) as client,
+                client.stream("GET", base + "/", params=query, headers=headers) as resp,
+            ):
                 reader.status = resp.status_code
                 if resp.status_code != 200:
                     reader.body = resp.read()

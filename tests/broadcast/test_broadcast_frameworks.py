@@ -40,9 +40,10 @@ def test_mounted_endpoint_serves_subscribers_beside_the_host_app(
     assert httpx.get(base + "/", timeout=5).text == home
     app = App(env=False, redis_url=redis_url, key=KEY, prefix=prefix)
     try:
-        with sse(base + path, ["private-orders.5"], user=5) as mine, sse(
-            base + path, ["private-orders.5"], user=6
-        ) as other:
+        with (
+            sse(base + path, ["private-orders.5"], user=5) as mine,
+            sse(base + path, ["private-orders.5"], user=6) as other,
+        ):
             assert (mine.status, other.status, other.body) == (200, 403, b"")
             wait_for(lambda: mine.last_id is not None, 10, 0.02, message="the opening id")
             app.broadcasting.publish("private-orders.5", "OrderShipped", {"ok": True})

@@ -45,8 +45,10 @@ async def _wait(queue: str, t0: float) -> None:
     if t0:
         app = _current.current()
         now = time.time()
-        await app.queue_for(None).aclient().rpush(
-            f"{app.settings.prefix}:test:wait:{queue}", f"{now:.3f} {now - t0:.4f}"
+        await (
+            app.queue_for(None)
+            .aclient()
+            .rpush(f"{app.settings.prefix}:test:wait:{queue}", f"{now:.3f} {now - t0:.4f}")
         )
 
 

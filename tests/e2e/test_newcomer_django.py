@@ -28,7 +28,7 @@ pytest.importorskip("django")
 NOTIFY_WORKER = str(Path(sys.executable).parent / "notify-worker")
 KEY = "walk-through-signing-key-0123456789abcdef"
 
-NOTIFICATIONS = '''
+NOTIFICATIONS = """
 from dataclasses import dataclass
 
 from tidings import ShouldQueue
@@ -45,9 +45,9 @@ class Welcome(Notification, ShouldQueue):
 
     def to_mail(self, notifiable):
         return MailMessage().subject(f"Welcome, {self.name}!").line("Glad you are here.")
-'''
+"""
 
-SIGNUP = '''
+SIGNUP = """
 import os
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -65,7 +65,7 @@ try:
             raise RuntimeError("rolled back")
 except RuntimeError:
     print("rolled back")
-'''
+"""
 
 
 class SmtpSink(SmtpServer):

@@ -34,7 +34,7 @@ OPS = [
     ["db", "upgrade"],
 ]
 
-MYAPP = '''
+MYAPP = """
 from dataclasses import dataclass
 from tidings import App, Job
 
@@ -47,7 +47,7 @@ class Hello(Job):
 
     def handle(self) -> None:
         print("hello", self.n, flush=True)
-'''
+"""
 
 
 def _clean_env(**extra: str) -> dict[str, str]:

@@ -101,6 +101,7 @@ def test_burst_grows_the_pool_then_it_shrinks_back_and_no_job_is_lost(
     try:
         wait_until(lambda: counts(pool_children(sup.pid)) == {"fast": 1, "slow": 1}, 30,
                    "one process per pool", sup)  # fmt: skip
+
         # `workers --json` names each process's pool.
         def pools_seen() -> set[str]:
             out = subprocess.run(

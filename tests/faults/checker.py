@@ -1453,9 +1453,7 @@ def run_seeds(
     """Run ``seeds`` on one Checker; prints one line a seed and every violation."""
     own = workdir is None
     wd = workdir or Path(tempfile.mkdtemp(prefix="tidings-checker-"))
-    checker = Checker(
-        wd, account_url, state_faults=state_faults, groups=groups, control=control
-    )
+    checker = Checker(wd, account_url, state_faults=state_faults, groups=groups, control=control)
     outcomes: list[Outcome] = []
     try:
         for seed in seeds:

@@ -163,9 +163,7 @@ def test_f11_sentinel_failover_workers_follow_the_new_primary(
         wait_for(lambda: rig.executed() >= 200, 30, 0.05, message="200 executed")
         primary.kill()
         t_kill = time.monotonic()
-        wait_for(
-            lambda: r.info("replication")["role"] == "master", 20, 0.05, message="promotion"
-        )
+        wait_for(lambda: r.info("replication")["role"] == "master", 20, 0.05, message="promotion")
         t_promoted = time.monotonic()
         at_promotion = rig.executed()
         wait_for(lambda: rig.executed() >= at_promotion + 20, 20, 0.05, message="progress")

@@ -182,9 +182,7 @@ def test_f8_restart_without_persistence_workers_recover_and_warn(
     # Every worker must have armed its data-reset watch (its start-up checks log this
     # warning) before Redis goes: a worker still starting when it comes back takes the
     # new, empty data set as its baseline and has no reset to report.
-    wait_for(
-        lambda: rig.logs().count("persistence is off") >= WORKERS, 15, message="warnings"
-    )
+    wait_for(lambda: rig.logs().count("persistence is off") >= WORKERS, 15, message="warnings")
     server.stop()
     time.sleep(1.0)
     server.start()

@@ -70,8 +70,12 @@ def test_plain_redis_url_against_the_tls_port_is_refused(
     tls_server: tuple[RedisServer, TlsFiles], prefix: str
 ) -> None:
     server, _ = tls_server
-    app = App(env=False, redis_url=server.url.replace("rediss://", "redis://"), key="k" * 32,
-              prefix=prefix)
+    app = App(
+        env=False,
+        redis_url=server.url.replace("rediss://", "redis://"),
+        key="k" * 32,
+        prefix=prefix,
+    )
     try:
         with pytest.raises(QueueUnavailable):
             Record("clear").dispatch()

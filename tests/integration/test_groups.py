@@ -140,9 +140,7 @@ def test_the_group_hook_of_a_job_class_picks_its_group(app: App, r: redis.Redis)
     assert RUNS == ["x"]
 
 
-@pytest.mark.parametrize(
-    "bad", ["", "x" * 257, "bad\nkey", "esc\x1b[31m", "\x7f", "é" * 129]
-)
+@pytest.mark.parametrize("bad", ["", "x" * 257, "bad\nkey", "esc\x1b[31m", "\x7f", "é" * 129])
 def test_bad_group_keys_are_refused_at_dispatch_and_nothing_is_pushed(
     app: App, r: redis.Redis, bad: str
 ) -> None:
@@ -231,7 +229,9 @@ def test_a_garbage_limit_is_reported_for_its_group_only(
     with caplog.at_level(logging.ERROR, logger="tidings.worker"):
         work(app)
     assert RUNS == ["ok"]
-    assert any("'odd'" in rec.getMessage() and "c:odd" in rec.getMessage() for rec in caplog.records)
+    assert any(
+        "'odd'" in rec.getMessage() and "c:odd" in rec.getMessage() for rec in caplog.records
+    )
 
 
 def test_limit_keeps_what_it_is_not_given_and_none_removes_it(app: App, r: redis.Redis) -> None:

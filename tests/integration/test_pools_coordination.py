@@ -123,7 +123,9 @@ def test_a_dead_hosts_share_is_granted_again_at_once_not_paced_by_max_shift(
         share = a.step({"mail": LocalPool(1, 1, 0), "default": LocalPool(1, 1, 0)}, t0 + 0.1)
         assert share == {"mail": 1, "default": 1}
         assert b.step({"mail": LocalPool(3, 3, 0), "default": LocalPool(1, 1, 0)}, t0) == {
-            "mail": 3, "default": 1}
+            "mail": 3,
+            "default": 1,
+        }
         # b dies (stops reporting): its record lapses within the lease.
         deadline = time.monotonic() + 10
         while b.host in [h.host for h, _ in a.hosts()]:

@@ -20,7 +20,9 @@ def __getattr__(name: str) -> Any:
     if name == "app":
         global _app
         if _app is None:
-            _app = App.from_env(allowed_modules=os.environ.get("TIDINGS_ALLOWED_MODULES") or __name__)
+            _app = App.from_env(
+                allowed_modules=os.environ.get("TIDINGS_ALLOWED_MODULES") or __name__
+            )
         return _app
     raise AttributeError(name)
 

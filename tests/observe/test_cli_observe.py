@@ -107,9 +107,7 @@ def test_version_banner_json_logs_failed_list_and_plurals(
     ]
 
 
-def test_workers_command_and_watch(
-    redis_url: str, prefix: str, spawn_proc: Spawn
-) -> None:
+def test_workers_command_and_watch(redis_url: str, prefix: str, spawn_proc: Spawn) -> None:
     env = env_for(redis_url, prefix)
     assert cli(env, "workers").stdout.splitlines()[1:] == ["No live workers."]
     w = spawn_proc([NOTIFY_WORKER, "-A", APP_SPEC, "--sleep", "1", "--queue", "a,b"],

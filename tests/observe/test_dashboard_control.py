@@ -79,7 +79,7 @@ def test_job_page_shows_state_priority_progress_and_escapes_the_note(app: App) -
     assert re.search(r'id="job-state">pending<', html)
     assert re.search(r'id="job-priority">40<', html)
     assert '<progress max="100" value="30.0">' in html
-    assert "3</span> / <span class=\"total\">10</span> (30 %)" in html
+    assert '3</span> / <span class="total">10</span> (30 %)' in html
     assert "Crawl" in html
     # The note: visible escapes, never a raw control or bidi character, never markup.
     assert not CONTROL & set(html)

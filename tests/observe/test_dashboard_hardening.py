@@ -177,7 +177,13 @@ def test_the_command_needs_named_hosts_off_loopback_and_a_strong_token() -> None
 
 
 def test_weak_or_blank_tokens_are_refused() -> None:
-    for weak in ("a", "s3cret-token-value", "a" * 40, "ab" * 20, "passwordpasswordpasswordpassword"):
+    for weak in (
+        "a",
+        "s3cret-token-value",
+        "a" * 40,
+        "ab" * 20,
+        "passwordpasswordpasswordpassword",
+    ):
         with pytest.raises(ConfigurationError) as err:
             Auth(token=weak)
         assert "secrets.token_urlsafe(32)" in str(err.value)
@@ -190,9 +196,7 @@ def test_weak_or_blank_tokens_are_refused() -> None:
     assert Auth(token=f"  {TOKEN}\n").token == TOKEN
 
 
-def test_login_makes_a_random_session_that_expires_and_logout_ends(
-    app: App, prefix: str
-) -> None:
+def test_login_makes_a_random_session_that_expires_and_logout_ends(app: App, prefix: str) -> None:
     web = create_app(app, auth=Auth(token=TOKEN))
     html = {"Accept": "text/html"}
 
@@ -201,7 +205,9 @@ def test_login_makes_a_random_session_that_expires_and_logout_ends(
         r = await c.post("/login", data={"token": f" {TOKEN} ", "csrf": token})
         assert r.status_code == 303, r.text
         assert "Max-Age=43200" in r.headers["set-cookie"]
-        assert "HttpOnly" in r.headers["set-cookie"] and "SameSite=Strict" in r.headers["set-cookie"]
+        assert (
+            "HttpOnly" in r.headers["set-cookie"] and "SameSite=Strict" in r.headers["set-cookie"]
+        )
         cookie = c.cookies.get("tidings_auth")
         assert cookie
         return cookie

@@ -244,7 +244,9 @@ def test_garbage_in_metrics_keys_breaks_nothing(app: App, redis_url: str, prefix
     r.hset(f"{prefix}:stats:{{default}}:total", mapping={"nopipe": 1, "X|p": "x"})
     r.hset(f"{prefix}:stats:jobs:{m}", mapping={"j1": "garbage", "j2": "q x y z"})
     r.zadd(f"{prefix}:workers", {"w1": _time.time() * 1000, "w2": 1, "w3": _time.time() * 1000})
-    r.set(f"{prefix}:worker:w1", b'{"pid": "abc", "host": "<b>h</b>", "rss_mb": "lots", "queues": 5}')
+    r.set(
+        f"{prefix}:worker:w1", b'{"pid": "abc", "host": "<b>h</b>", "rss_mb": "lots", "queues": 5}'
+    )
     r.set(f"{prefix}:worker:w3", b"\xff\xfe not json")
     web = create_app(app, auth=Auth())
 

@@ -110,11 +110,15 @@ class ClusterGroup:
                 port=cluster_port(),
                 appendonly=False,
                 extra_args=[
-                    "--cluster-enabled", "yes",
-                    "--cluster-config-file", "nodes.conf",
-                    "--cluster-node-timeout", str(node_timeout_ms),
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    str(node_timeout_ms),
                     # A failover promotes even a replica that lost its link a while ago.
-                    "--cluster-replica-validity-factor", "0",
+                    "--cluster-replica-validity-factor",
+                    "0",
                 ],
             )
             for i in range(size)

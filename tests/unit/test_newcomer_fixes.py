@@ -85,7 +85,9 @@ def test_reading_masks_the_password() -> None:
 # -- 2: the embedded directory ------------------------------------------------------------
 
 
-def test_the_embedded_directory_is_anchored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_embedded_directory_is_anchored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert home_dir(None, {}, anchor="/srv/app") == (Path("/srv/app/.tidings"), "beside /srv/app")
     assert home_dir(None, {"TIDINGS_HOME": "/var/t"}, anchor="/srv/app")[0] == Path("/var/t")
@@ -258,8 +260,11 @@ def test_the_django_tutorial_reaches_the_app_and_explains_the_after_commit_id() 
     text = _page("tutorials/django.md")
     assert "get_app()" in text and "App.current()" in text and "job_status" in text
     assert "no job with that id" in text and "failed()" in text
-    assert 'os.environ["TIDINGS_KEY"]' not in text.replace('`os.environ[...]`', "")
-    assert "EMAIL_HOST" in text and "DJANGO_SETTINGS_MODULE=mysite.settings notify-worker failed list" in text
+    assert 'os.environ["TIDINGS_KEY"]' not in text.replace("`os.environ[...]`", "")
+    assert (
+        "EMAIL_HOST" in text
+        and "DJANGO_SETTINGS_MODULE=mysite.settings notify-worker failed list" in text
+    )
 
 
 def test_model_not_found_says_forget_not_retry() -> None:
