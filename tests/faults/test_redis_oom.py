@@ -50,7 +50,12 @@ def _binaries() -> list[object]:
     return found
 
 
-def _fill(rig: Rig) -> tuple[list[str], list[tuple[str, QueueUnavailable]]]:
+_OOM = "out of memory"  # what QueueUnavailable says when Redis refused at maxmemory
+
+
+def _fill(
+    rig: Rig, unknown: list[str] | None = None
+) -> tuple[list[str], list[tuple[str, QueueUnavailable]]]:
     """Dispatch one job at a time until Redis has refused 20 of them.
 
     Each carries 200 bytes (RELIABILITY F12): a drained job leaves its done record and
@@ -66,7 +71,12 @@ def _fill(rig: Rig) -> tuple[list[str], list[tuple[str, QueueUnavailable]]]:
         try:
             Padded(name, "x" * 200).dispatch()
         except QueueUnavailable as exc:
-            refused.append((name, exc))
+            if _OOM in str(exc):
+                refused.append((name, exc))
+            elif unknown is not None:
+                # A timeout on a loaded machine, not a refusal: whether that push
+                # landed is unknown, so it is counted neither accepted nor refused.
+                unknown.append(name)
             continue
         accepted.append(name)
     return accepted, refused
@@ -122,16 +132,26 @@ def test_f12_every_worker_move_runs_at_the_limit(
     script's first write."""
     server = redis_server_factory(appendonly=False, extra_args=OOM_ARGS, binary=binary)
     rig = make_rig(server.url)
-    accepted, _ = _fill(rig)
+    unknown: list[str] = []
+    accepted, _ = _fill(rig, unknown)
     rq: RedisQueue = rig.app.queue_for(None)
     k = rq.keys("default")
     r: redis.Redis = server.client()
 
     def full() -> bool:
-        try:
-            Record("probe").dispatch()
-        except QueueUnavailable:
-            return True
+        # Refused or not is decided by used_memory against maxmemory when the push
+        # starts, and the fill's last refusals may have been interleaved with
+        # acceptances (a client buffer freed meanwhile): push until one is refused, so
+        # the moves below start over the limit. The ones accepted are queued jobs too.
+        for n in range(1000):
+            try:
+                Padded(f"probe{n}", "x" * 200).dispatch()
+            except QueueUnavailable as exc:
+                if _OOM in str(exc):
+                    return True
+                unknown.append(f"probe{n}")  # a timeout (loaded machine), see _fill
+                continue
+            accepted.append(f"probe{n}")
         return False
 
     async def moves() -> dict[str, object]:
@@ -165,4 +185,4 @@ def test_f12_every_worker_move_runs_at_the_limit(
         "ack_lost": 0,
     }
     assert r.zcard(k.failed) == 1 and r.zcard(k.delayed) == 1
-    assert r.llen(k.ready) == len(accepted) - 4
+    assert len(accepted) - 4 <= r.llen(k.ready) <= len(accepted) - 4 + len(unknown)
