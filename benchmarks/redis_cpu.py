@@ -228,7 +228,17 @@ def main() -> None:
         if args.before:
             src, label = _before_src(args.before)
             env = dict(os.environ, PYTHONPATH=os.pathsep.join((src, path)))
-            cases.append(Case(f"tidings before ({label})", fill_tidings, argv, env, None))
+
+            def fill_before(n: int, env: dict[str, str] = env) -> None:
+                # Pushed by the other tree's own code: its worker may not read this
+                # tree's envelope frame (it would fail every job instead of running it).
+                code = (
+                    "from benchmarks import bench_app as b; "
+                    f"b.app.dispatch_many([b.NoOpJob(i) for i in range({n})])"
+                )
+                subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=ROOT)
+
+            cases.append(Case(f"tidings before ({label})", fill_before, argv, env, None))
         skipped: list[str] = []
         if not args.no_peers:
             peers, missing = _peers(ctx)
