@@ -211,19 +211,11 @@ class Settings:
                 setattr(settings, name, value is True or str(value).lower() in _TRUE)
         value = get("envelope_frame")
         if value is not None:
-            if str(value) not in ("1", "2"):
-                raise ConfigurationError(
-                    f"TIDINGS_ENVELOPE_FRAME must be 1 or 2, not {value!r} "
-                    f"(read from {sources['envelope_frame']})"
-                )
+            _choice("envelope_frame", value, ("1", "2"), "1 or 2", sources)
             settings.envelope_frame = int(str(value))
         value = get("missing_models")
         if value is not None:
-            if str(value) not in ("fail", "skip"):
-                raise ConfigurationError(
-                    f"TIDINGS_MISSING_MODELS must be 'fail' or 'skip', not {value!r} "
-                    f"(read from {sources['missing_models']})"
-                )
+            _choice("missing_models", value, ("fail", "skip"), "'fail' or 'skip'", sources)
             settings.missing_models = str(value)
         value = get("encrypt")
         if value is not None:
@@ -236,6 +228,16 @@ class Settings:
                 f"retry_after must be positive (read from {settings.where('retry_after')})"
             )
         return settings
+
+
+def _choice(
+    name: str, value: object, allowed: tuple[str, ...], words: str, sources: Mapping[str, str]
+) -> None:
+    """Refuse ``value`` for setting ``name`` unless it is one of ``allowed``."""
+    if str(value) not in allowed:
+        raise ConfigurationError(
+            f"TIDINGS_{name.upper()} must be {words}, not {value!r} (read from {sources[name]})"
+        )
 
 
 def _number(name: str, value: object, sources: Mapping[str, str]) -> float:
