@@ -37,7 +37,9 @@ over the prefix, queue and body, the body holding every field with ``uuid``) are
 read and run: jobs queued before an upgrade drain. Older ones still, signed over less
 (the queue and the body, ``b"tidings:queue:<len>:<queue>\n" + body``, or the body
 alone), are accepted for :data:`LEGACY_SIGNATURE_WINDOW_S` after their ``pushedAt`` (a
-signed field); after that they are refused. Only the current form is ever written.
+signed field); after that they are refused. Only the current form is written, unless
+the ``envelope_frame`` setting asks for the previous one (a rolling upgrade with the
+producers first: :func:`_seal_earlier`).
 
 Body fields (:class:`JobBody`):
 
