@@ -700,7 +700,8 @@ class App:
 
         Returns:
             ``"cancelled"``, ``"cancelling"`` (running), or ``"done"`` / ``"failed"`` /
-            ``"cancelled already"`` (``.changed`` False).
+            ``"cancelled already"`` / ``"failing"`` (its run failed and the failure is
+            being recorded: too late) (``.changed`` False).
 
         Raises:
             JobNotFound: no such job on ``queue`` (else any queue this process used).

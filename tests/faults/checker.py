@@ -60,6 +60,8 @@ restart is dropped). Checked per job id:
      reserved run after ``cancelling`` (running), unless the job stalled or was retried;
    * a job whose cancel returned ``cancelled`` or ``cancelling`` never ends failed (but
      as "stalled" after a crash), and ``cancelled`` never ends done unless it stalled;
+   * a job whose cancel returned ``failing`` (its failure had opened) ends failed
+     unless it stalled;
    * a result is written at most once per completed run, only for a job that keeps
      one and ended done, never for a failed or cancelled one; the stored value is the
      one a run of that job returned (its argument and pid); a done job keeping a result
@@ -169,7 +171,7 @@ MAX_STALLS = 3
 # priority, some keep a result (Kept, Slow), some run long enough to be cancelled while
 # they run (Slow), and a canceller cancels random jobs, waiting or running, with the
 # cancel's reply among the ones the proxy may drop.
-CANCEL_REPLIES = ("cancelled", "cancelling", "done", "failed", "cancelled already")
+CANCEL_REPLIES = ("cancelled", "cancelling", "done", "failed", "cancelled already", "failing")
 
 # How long a run of group g0 (concurrency 1) lasts in ``--groups`` mode: long enough that
 # two runs let through together would overlap in the spans the jobs log.
@@ -919,6 +921,10 @@ class Checker:
                 out.violations.append(f"{where}: cancel said 'cancelled already', it is not")
             if c.reply == "done" and not done:
                 out.violations.append(f"{where}: cancel said 'done', it is not")
+            if c.reply == "failing" and not failed and not touched:
+                # Its failure had opened (extend.lua's mark): only a holder that lost the
+                # job (it stalled) leaves it to another run that may end otherwise.
+                out.violations.append(f"{where}: cancel said 'failing', it did not fail")
         self.control_totals["results written"] = (
             self.control_totals.get("results written", 0) + n_results
         )

@@ -683,6 +683,42 @@ def test_a_cancel_that_lands_before_the_failure_is_recorded_wins(app: App, r: re
     assert app.job_status(job_id) == "cancelled"
 
 
+@dataclass
+class CancelledWhileFailing(Job):
+    """Raises on its last try; its failed() hook cancels it: a cancel landing after the
+    failure opened (the worker's lease check marked the job failing), while the
+    failure's hooks run and before fail.lua recorded it."""
+
+    tag: str
+    tries = 1
+
+    async def handle(self) -> None:
+        RUNS.append((self.tag,))
+        raise RuntimeError("fails; its cancel comes too late")
+
+    async def failed(self, exc: BaseException) -> None:
+        assert self.job_id is not None
+        out = await App.current().acancel(self.job_id)
+        RUNS.append(("failed() called", str(out), out.changed))
+
+
+def test_a_cancel_that_lands_while_the_failure_is_recorded_answers_failing(
+    app: App, r: redis.Redis
+) -> None:
+    job_id = CancelledWhileFailing("late").dispatch()
+    assert job_id is not None
+    work(app)
+    k = app.queue_for(None).keys("default")
+    # Not "cancelling" (the job then ends failed): "failing", too late, nothing changed.
+    assert RUNS == [("late",), ("failed() called", "failing", False)]
+    assert r.zscore(k.failed, job_id) is not None and r.zscore(k.cancelled, job_id) is None
+    assert app.job_status(job_id) == "failed"
+    again = app.cancel(job_id)
+    assert again == "failed" and not again.changed
+    # The failing mark went with the job: nothing of it is left beside the queue.
+    assert not [f for f in r.hkeys(k.attempts) if f.startswith(job_id.encode())]
+
+
 def test_cancelling_a_finished_job_changes_nothing_and_garbage_is_no_such_job(
     app: App,
 ) -> None:

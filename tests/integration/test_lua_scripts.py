@@ -386,6 +386,57 @@ def test_extend_renews_leases_and_returns_lost_ids(rq: RedisQueue) -> None:
     assert run(rq, lambda br: br.extend(k, [(b[0], tokens[b[0]] - 1)])).lost == [b[0]]
 
 
+def test_extend_failing_marks_the_job_so_a_cancel_answers_failing(rq: RedisQueue) -> None:
+    from tidings.moves.control import cancel
+
+    k, r = k_of(rq), rq.client
+    a, b = envelope(), envelope()
+    rq.push("default", [a, b])
+    res = pop(rq, 2, lease_s=30.0)
+    tokens = {j.id: j.token for j in res.jobs}
+    # b was cancelled first: the failure's check reports it and marks nothing.
+    assert cancel(rq, b[0], ["default"]) == "cancelling"
+    for _ in range(2):  # run twice: the same mark, the same answer
+        renewed = run(
+            rq,
+            lambda br: br.extend(k, [(a[0], tokens[a[0]]), (b[0], tokens[b[0]])], failing=True),
+        )
+        assert renewed.lost == [] and renewed.cancelled == [b[0]]
+        assert r.hget(k.attempts, f"{a[0]}:f") == str(tokens[a[0]]).encode()
+        assert r.hget(k.attempts, f"{b[0]}:f") is None
+    for _ in range(2):
+        out = cancel(rq, a[0], ["default"])
+        assert out == "failing" and not out.changed
+    assert r.hget(k.attempts, f"{a[0]}:c") is None  # not marked cancelled
+    # A plain renewal marks nothing; a stale token marks nothing.
+    assert run(rq, lambda br: br.extend(k, [(b[0], tokens[b[0]] - 1)], failing=True)).lost == [
+        b[0]
+    ]
+    assert r.hget(k.attempts, f"{b[0]}:f") is None
+
+
+def test_a_stale_failing_mark_means_nothing_and_pop_drops_it(rq: RedisQueue) -> None:
+    """A worker marked its job failing, then froze past its lease: the job stalls and is
+    handed out again; the old mark names the old token, so a cancel of the new run is
+    'cancelling', and the pop that handed it out deleted the mark."""
+    from tidings.moves.control import cancel
+
+    k, r = k_of(rq), rq.client
+    job_id, env = envelope()
+    rq.push("default", [(job_id, env)])
+    first = pop(rq, lease_s=0.2).jobs[0]
+    run(rq, lambda br: br.extend(k, [(job_id, first.token)], failing=True), lease_s=0.2)
+    assert cancel(rq, job_id, ["default"]) == "failing"
+    time.sleep(0.25)
+    again = pop(rq, lease_s=30.0)
+    while not again.jobs:
+        time.sleep(0.02)
+        again = pop(rq, lease_s=30.0)
+    assert again.jobs[0].token != first.token and again.jobs[0].stalls == 1
+    assert r.hget(k.attempts, f"{job_id}:f") is None
+    assert cancel(rq, job_id, ["default"]) == "cancelling"
+
+
 def test_expired_lease_is_migrated_and_counted_as_a_stall(rq: RedisQueue) -> None:
     k, r = k_of(rq), rq.client
     job_id, env = envelope()

@@ -121,11 +121,13 @@ CANCEL_OUTCOMES = {
     "done": "Already finished (done): nothing changed.",
     "failed": "Already finished (failed): nothing changed.",
     "already": "Already cancelled: nothing changed.",
+    "failing": "Too late: its run failed and the failure is being recorded; nothing changed.",
     "missing": "No such job: no queue knows this id.",
     "unavailable": "Redis could not be reached: nothing was cancelled. Try again.",
 }
 _CANCEL_CODES = {"cancelled": "cancelled", "cancelling": "cancelling", "done": "done",
-                 "failed": "failed", "cancelled already": "already"}  # fmt: skip
+                 "failed": "failed", "cancelled already": "already",
+                 "failing": "failing"}  # fmt: skip
 
 
 class Dashboard:

@@ -232,11 +232,15 @@ class Broker:
         args: list[scripts.Arg] = [job.id, orjson.dumps(info), b"", job.token]
         return int(await scripts.FAIL.acall(self.client, keys, args)) >= 0
 
-    async def extend(self, k: QueueKeys, jobs: Sequence[tuple[str, int]]) -> Renewed:
+    async def extend(
+        self, k: QueueKeys, jobs: Sequence[tuple[str, int]], *, failing: bool = False
+    ) -> Renewed:
         """Renew the leases of ``(id, token)`` jobs; returns the ids whose reservation
         was lost (their new holder's lease is left alone), and those ``app.cancel``
-        marked meanwhile."""
-        args: list[scripts.Arg] = [self.lease_ms]
+        marked meanwhile. ``failing``: this check opens the jobs' failure; those not
+        marked cancelled are marked failing, and a cancel answers ``"failing"`` (too
+        late) from then on."""
+        args: list[scripts.Arg] = [self.lease_ms, "failing" if failing else ""]
         for job_id, token in jobs:
             args += (job_id, token)
         raw = await scripts.EXTEND.acall(self.client, [k.reserved, k.attempts], args)

@@ -34,7 +34,9 @@ _ID = re.compile(r"[!-~]{1,128}")
 class CancelOutcome(str):
     """What ``app.cancel`` did: ``"cancelled"`` (it was waiting or delayed: it will never
     run), ``"cancelling"`` (it was running: its worker is told), or ``"done"``,
-    ``"failed"``, ``"cancelled already"`` (it had finished: nothing changed).
+    ``"failed"``, ``"cancelled already"`` (it had finished: nothing changed), or
+    ``"failing"`` (its run failed and its worker is recording the failure: too late,
+    nothing changed).
     ``changed`` tells the first two from the rest; ``queue`` is where it was found."""
 
     changed: bool
@@ -54,6 +56,7 @@ _CANCEL_REPLIES = {
     "done": ("done", False),
     "failed": ("failed", False),
     "cancelled": ("cancelled already", False),
+    "failing": ("failing", False),
 }
 
 

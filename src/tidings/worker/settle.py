@@ -161,11 +161,14 @@ class Settler:
         display = out.name or (body["displayName"] if body else "(unknown)")
         # A stale holder must not run failed(), a chain's catch or a batch's failure count
         # for a job that was handed out again: check the token (and renew) first.
-        if not await self.still_held(held, "its failure"):
+        # The check also marks the job as failing (unless cancelled first), so a cancel
+        # sent while failed() and the workflow moves run answers "failing", not
+        # "cancelling" for a job that then ends failed.
+        if not await self.still_held(held, "its failure", failing=body is not None):
             return
         if held.reserved.cancelled and body is not None:
-            # app.cancel reached the job before its failure was recorded (the lease check
-            # just made reports the mark): a cancelled job is settled as cancelled, not
+            # app.cancel reached the job before its failure opened (the lease check just
+            # made reports the mark): a cancelled job is settled as cancelled, not
             # failed; failed() and a chain's catch do not run.
             await self._cancelled(held, Cancelled(body, ran=True))
             return
@@ -245,14 +248,17 @@ class Settler:
 
     # -- fencing ------------------------------------------------------------------------
 
-    async def still_held(self, held: HeldJob, what: str) -> bool:
+    async def still_held(self, held: HeldJob, what: str, *, failing: bool = False) -> bool:
         """Renew ``held``'s lease, checking that its token is still the job's; False
-        (the job dropped, the loss reported) when the job was handed out again."""
+        (the job dropped, the loss reported) when the job was handed out again.
+        ``failing``: the check opens the job's failure and marks it so in the same
+        script, unless app.cancel marked it first (then ``cancelled`` is set): a cancel
+        from then on answers "failing", never "cancelling" for a job that ends failed."""
         res = held.reserved
         k = self.rq.keys(res.queue)
         renewed = await self._fenced(
             held,
-            lambda: self.broker.extend(k, [(res.id, res.token)]),
+            lambda: self.broker.extend(k, [(res.id, res.token)], failing=failing),
             lambda reply: bool(reply.lost),
             f"the lease check of {res.id}",
         )

@@ -6,7 +6,8 @@
 -- Returns 'done' / 'failed' / 'cancelled' (finished already: nothing changed), 'missing'
 -- (no such job on this queue), 'pending' (waiting or delayed: it will never run),
 -- 'running' (reserved: its worker is told on the channel; an async handler is
--- cancelled, a sync one sees self.cancelled).
+-- cancelled, a sync one sees self.cancelled), 'failing' (its run failed and its worker
+-- is recording the failure: too late, nothing changed; see extend.lua's failing mark).
 -- The job is marked (id:c beside it); a marked job is handed out by pop as cancelled and
 -- settled by a worker without running (its batch counts it, its chain stops), so a
 -- canceller that dies after this script leaves nothing half-done. A delayed job is made
@@ -18,6 +19,8 @@ if redis.call('ZSCORE', KEYS[7], id) then return 'done' end
 if redis.call('ZSCORE', KEYS[8], id) then return 'failed' end
 if redis.call('ZSCORE', KEYS[9], id) then return 'cancelled' end
 if redis.call('HEXISTS', KEYS[5], id) == 0 then return 'missing' end
+local held = redis.call('HMGET', KEYS[6], id .. ':t', id .. ':f')
+if held[1] and held[1] == held[2] then return 'failing' end
 local t = redis.call('TIME')
 redis.call('HSET', KEYS[6], id .. ':c', t[1])
 if redis.call('ZSCORE', KEYS[3], id) then

@@ -21,7 +21,7 @@ local g = groups_on and redis.call('HGET', KEYS[3], id .. ':g')
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
 redis.call('HDEL', KEYS[3], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c',
-  id .. ':g')
+  id .. ':f', id .. ':g')
 if g then pcall(group_settled, id, g, nil) end
 attempts_tidy(KEYS[3])  -- lua/lib/attempts_hashtable.lua, prepended
 redis.call('ZADD', KEYS[4], now, id)

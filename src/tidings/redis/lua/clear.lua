@@ -20,7 +20,8 @@ if #ids < chunk then
 end
 for _, id in ipairs(ids) do
   redis.call('HDEL', KEYS[3], id)
-  redis.call('HDEL', KEYS[4], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c')
+  redis.call('HDEL', KEYS[4], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c',
+    id .. ':f')
 end
 if #ids > 0 then attempts_tidy(KEYS[4]) end  -- lua/lib/attempts_hashtable.lua, prepended
 return #ids

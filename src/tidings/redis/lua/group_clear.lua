@@ -23,7 +23,7 @@ end
 for _, id in ipairs(ids) do
   redis.call('HDEL', KEYS[2], id)
   redis.call('HDEL', KEYS[3], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c',
-    id .. ':g')
+    id .. ':f', id .. ':g')
 end
 if #ids > 0 then attempts_tidy(KEYS[3]) end  -- lua/lib/attempts_hashtable.lua, prepended
 if redis.call('LLEN', KEYS[4]) == 0 and redis.call('EXISTS', KEYS[5]) == 0 then

@@ -219,7 +219,7 @@ local function forget(id)
   forgot = true
   redis.call('HDEL', KEYS[5], id)
   redis.call('HDEL', KEYS[6], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c',
-    id .. ':g')
+    id .. ':f', id .. ':g')
 end
 
 local function fail(id, reason, preview)
@@ -558,6 +558,9 @@ local function take(ids, groups)
       out[o + 5], out[o + 6], out[o + 7] = last, stalls, c4 and 1 or 0
       n = n + 1
       if stalls > 0 and not c4 then
+        -- A failing mark its last holder left (extend.lua) names that holder's token:
+        -- stale now, and ack does not look for it.
+        redis.call('HDEL', KEYS[6], id .. ':f')
         stop = i + 1
         ended = true
         break

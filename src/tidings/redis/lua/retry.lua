@@ -54,7 +54,7 @@ for i = 1, #ARGV do
     local p = priority_of(id)
     redis.call('HSET', KEYS[3], id, body)
     redis.call('HDEL', KEYS[4], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', id .. ':c',
-      id .. ':g')
+      id .. ':f', id .. ':g')
     if p ~= 0 then redis.call('HSET', KEYS[4], id .. ':p', p) end
     local g = redis.call('HGET', KEYS[6], id .. ':g')
     if g and redis.call('EXISTS', KEYS[1] .. ':gon') == 1 then
