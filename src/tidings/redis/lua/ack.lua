@@ -106,7 +106,9 @@ for i = plain_end + 1, #ARGV, 4 do
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('%d', now - tonumber(ARGV[1])))
 redis.call('ZREMRANGEBYRANK', KEYS[4], '0', string.format('%d', -(tonumber(ARGV[2]) + 1)))
--- (attempts_tidy: lua/lib/attempts_hashtable.lua, prepended)
+-- (attempts_tidy: lua/lib/attempts_hashtable.lua, reserved_tidy: lua/lib/
+-- reserved_skiplist.lua, both prepended: an emptied queue leaves neither key behind)
 attempts_tidy(KEYS[3])
+reserved_tidy(KEYS[1])
 redis.call('SET', KEYS[5], seq .. '|' .. table.concat(lost, ' '), 'PX', '600000')
 return lost

@@ -38,6 +38,8 @@
 -- are handed out again, still reserved under the same tokens, rather than left to stall.
 -- A job that stalled before (a suspect) is reserved only as the first of a pop, and ends
 -- it: the worker runs it alone (see tidings.worker.fetch).
+-- The reserved zset holds one member that is no job (RESERVED_MARK, score +inf:
+-- lua/lib/reserved_skiplist.lua, prepended) so that Redis keeps it as a skiplist.
 -- Bodies are never decoded here (cjson would rewrite them, and costs Redis time per job).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -193,8 +195,14 @@ end
 
 local function recover()
   local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', nows, 'LIMIT', '0', ARGV[4])
+  for i = #due, 1, -1 do
+    -- The skiplist mark (lua/lib/reserved_skiplist.lua) is no job: only a hand-written
+    -- score brings it here; it stays (the next reservation sets +inf again).
+    if due[i] == RESERVED_MARK then table.remove(due, i) end
+  end
   if #due > 0 then
     redis.call('ZREM', KEYS[3], unpack(due))
+    reserved_tidy(KEYS[3])
     to_ready(due)
     for _, id in ipairs(due) do
       if valid_id(id) and redis.call('HEXISTS', KEYS[5], id) == 1 then
@@ -475,7 +483,8 @@ local function take(ids, groups)
     d = redis.call('ZMSCORE', KEYS[12], unpack(vids))
     f = redis.call('ZMSCORE', KEYS[7], unpack(vids))
   end
-  local zadd, hset = {}, {}
+  -- (reserved_skiplist.lua, prepended: first, so that a new key starts as a skiplist)
+  local zadd, hset = {'+inf', RESERVED_MARK}, {}
   local stop = nil
   for i, id in ipairs(ids) do
     local j = at[i]
@@ -567,7 +576,7 @@ local function take(ids, groups)
       end
     end
   end
-  each('ZADD', KEYS[3], zadd, 2)
+  if #zadd > 2 then each('ZADD', KEYS[3], zadd, 2) end
   if #hset > 0 then
     -- (attempts_hashtable.lua, prepended: keeps the hash in Redis's hashtable encoding)
     hset[#hset + 1], hset[#hset + 2] = HT_FIELD, HT_VALUE
@@ -615,8 +624,10 @@ if redis.call('LLEN', KEYS[1]) == 0 and (not prio_on or redis.call('ZCARD', KEYS
   local wait = -1
   for _, key in ipairs({KEYS[2], KEYS[3]}) do
     local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
-    if head[2] then
-      local w = math.max(0, tonumber(head[2]) - now)
+    local s = tonumber(head[2] or '')
+    -- (+inf: the reserved zset's skiplist mark alone, no lease to wait for)
+    if s and s < math.huge then
+      local w = math.max(0, s - now)
       if wait < 0 or w < wait then wait = w end
     end
   end
