@@ -465,14 +465,21 @@ end
 -- those after it are to go back), or nil.
 local function take(ids, groups)
   -- Everything the checks need, read first: one call a step for the whole batch, kept
-  -- by position (at[i]: the id's place among the usable ones, false for an unusable id).
-  local at, vids = {}, {}
-  for i, id in ipairs(ids) do
-    if valid_id(id) then
-      vids[#vids + 1] = id
-      at[i] = #vids
-    else
-      at[i] = false
+  -- by position (at[i]: the id's place among the usable ones, false for an unusable id;
+  -- no at when every id is usable, the usual case: two tables a batch fewer).
+  local at, vids = nil, ids
+  for _, id in ipairs(ids) do
+    if not valid_id(id) then
+      at, vids = {}, {}
+      for i, v in ipairs(ids) do
+        if valid_id(v) then
+          vids[#vids + 1] = v
+          at[i] = #vids
+        else
+          at[i] = false
+        end
+      end
+      break
     end
   end
   local b, c, r, d, f = {}, {}, {}, {}, {}
@@ -487,7 +494,8 @@ local function take(ids, groups)
   local zadd, hset = {'+inf', RESERVED_MARK}, {}
   local stop = nil
   for i, id in ipairs(ids) do
-    local j = at[i]
+    local j = i
+    if at then j = at[i] end
     local body, busy, finished, c1, c2, c3, c4 = false, false, false, nil, nil, nil, nil
     if j then
       body, busy, finished = b[j], r[j], d[j] or f[j]
