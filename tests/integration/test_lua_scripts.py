@@ -715,6 +715,22 @@ def test_the_reserved_zset_is_a_skiplist_while_jobs_are_held_and_goes_when_empty
     assert not res.jobs and res.wait_s is None and r.zrange(k.reserved, 0, -1) == [mark]
 
 
+def test_pop_hands_out_exceptions_stalls_and_the_cancel_mark(rq: RedisQueue) -> None:
+    """The pop reply carries a job's exceptions, stalls and cancel mark in one entry (0
+    when none): each reaches the worker as it is in Redis."""
+    k, r = k_of(rq), rq.client
+    jobs = [envelope(n=i) for i in range(3)]
+    rq.push("default", jobs)
+    ids = [j[0] for j in jobs]
+    r.hset(k.attempts, mapping={f"{ids[0]}:e": 2, f"{ids[0]}:s": 3, f"{ids[1]}:c": 1})
+    got = pop(rq, 1).jobs + pop(rq, 2).jobs  # the suspect (stalled) comes alone
+    assert [(j.id, j.exceptions, j.stalls, j.cancelled) for j in got] == [
+        (ids[0], 2, 3, False),
+        (ids[1], 0, 0, True),
+        (ids[2], 0, 0, False),
+    ]
+
+
 def test_the_same_id_twice_in_one_ack_settles_once(rq: RedisQueue) -> None:
     k, r = k_of(rq), rq.client
     job = envelope()
