@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         left = {
             "ready": r.llen(k.ready),
             "delayed": r.zcard(k.delayed),
-            "reserved": r.zcard(k.reserved),
+            "reserved": r.zcount(k.reserved, "-inf", "(+inf"),  # not the skiplist mark
             "failed": r.zcard(k.failed),
         }
         r.delete(exec_key, k.done)

@@ -159,7 +159,7 @@ def test_push_pop_ack(rq: RedisQueue) -> None:
 
     lost = ack(rq, [i for i, _ in items])
     assert lost == 0
-    assert r.zcard(k.reserved) == 0
+    assert r.zcount(k.reserved, "-inf", "(+inf") == 0
     assert r.hlen(k.jobs) == 0
     assert r.hlen(k.attempts) == 0
     assert r.zcard(k.done) == 3
@@ -654,7 +654,7 @@ def test_a_suspect_inside_a_batch_ends_the_pop_and_the_rest_keep_their_order(
     alone = pop(rq, 5).jobs
     assert [(j.id, j.stalls) for j in alone] == [(ids[2], 1)]
     assert [j.id for j in pop(rq, 5).jobs] == ids[3:]
-    assert r.zcard(k.reserved) == 5
+    assert r.zcount(k.reserved, "-inf", "(+inf") == 5
 
 
 def test_the_attempts_hash_is_a_hashtable_while_jobs_are_held_and_goes_when_empty(
@@ -679,6 +679,58 @@ def test_the_attempts_hash_is_a_hashtable_while_jobs_are_held_and_goes_when_empt
     assert failed and not r.exists(k.attempts)
 
 
+def test_the_reserved_zset_is_a_skiplist_while_jobs_are_held_and_goes_when_empty(
+    rq: RedisQueue,
+) -> None:
+    """pop keeps one long member (score +inf) in the reserved zset so that Redis stores
+    it as a skiplist (a lookup a member, not a listpack scan); it is no job: sizes, the
+    wait and recover leave it out, and ack, fail and release delete the key once it is
+    all the zset holds."""
+    k, r = k_of(rq), rq.client
+    rq.push("default", [envelope(n=i) for i in range(4)])
+    held_jobs = pop(rq, 2).jobs
+    assert r.object("encoding", k.reserved) == b"skiplist"
+    assert r.zcard(k.reserved) == 3
+    assert rq.sizes(["default"])["default"]["reserved"] == 2
+    ack(rq, [held_jobs[0].id])
+    assert r.object("encoding", k.reserved) == b"skiplist"
+    ack(rq, [held_jobs[1].id])
+    assert not r.exists(k.reserved)  # only the mark was left: the key went
+    last = pop(rq, 1).jobs[0]
+    failed = run(rq, lambda b: b.fail(k, last, {"exception": "x", "name": "T", "attempts": 1}))
+    assert failed and not r.exists(k.reserved)
+    back = pop(rq, 1).jobs[0]
+    assert run(rq, lambda b: b.release(k, back, 0)) == 1 and not r.exists(k.reserved)
+    # A pop with only the mark left behind (a lease it recovered) waits for no lease.
+    held = pop(rq, 1).jobs
+    assert len(held) == 1 and r.zcard(k.reserved) == 2
+    r.zadd(k.reserved, {held[0].id: 0})  # its lease ended
+    res = pop(rq, 0)
+    assert not res.jobs and not r.exists(k.reserved)
+    # The mark alone (left by hand) is no lease to wait for, and no job to recover.
+    assert [j.id for j in pop(rq, 1).jobs] == [held[0].id]  # the recovered job
+    (mark,) = r.zrangebyscore(k.reserved, "+inf", "+inf")
+    r.zrem(k.reserved, held[0].id)
+    res = pop(rq, 1)
+    assert not res.jobs and res.wait_s is None and r.zrange(k.reserved, 0, -1) == [mark]
+
+
+def test_pop_hands_out_exceptions_stalls_and_the_cancel_mark(rq: RedisQueue) -> None:
+    """The pop reply carries a job's exceptions, stalls and cancel mark in one entry (0
+    when none): each reaches the worker as it is in Redis."""
+    k, r = k_of(rq), rq.client
+    jobs = [envelope(n=i) for i in range(3)]
+    rq.push("default", jobs)
+    ids = [j[0] for j in jobs]
+    r.hset(k.attempts, mapping={f"{ids[0]}:e": 2, f"{ids[0]}:s": 3, f"{ids[1]}:c": 1})
+    got = pop(rq, 1).jobs + pop(rq, 2).jobs  # the suspect (stalled) comes alone
+    assert [(j.id, j.exceptions, j.stalls, j.cancelled) for j in got] == [
+        (ids[0], 2, 3, False),
+        (ids[1], 0, 0, True),
+        (ids[2], 0, 0, False),
+    ]
+
+
 def test_the_same_id_twice_in_one_ack_settles_once(rq: RedisQueue) -> None:
     k, r = k_of(rq), rq.client
     job = envelope()
@@ -690,7 +742,7 @@ def test_the_same_id_twice_in_one_ack_settles_once(rq: RedisQueue) -> None:
     )
     assert lost == [got.id]  # the second entry found its job settled by the first
     assert r.zscore(k.done, got.id) is not None
-    assert (r.hlen(k.attempts), r.zcard(k.reserved), r.hlen(k.jobs)) == (0, 0, 0)
+    assert (r.hlen(k.attempts), r.zcount(k.reserved, "-inf", "(+inf"), r.hlen(k.jobs)) == (0, 0, 0)
 
 
 def test_duplicate_id_popped_while_reserved_or_after_ack(rq: RedisQueue) -> None:

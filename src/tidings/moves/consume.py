@@ -65,7 +65,8 @@ class PopResult:
 
 def pop_result(k: QueueKeys, raw: list[Any]) -> PopResult:
     """Read the pop script's reply:
-    ``{now_ms, wait_ms, dropped, id, attempts, exc, body, token, stalls, cancelled, ...}``."""
+    ``{now_ms, wait_ms, dropped, id, attempts, body, token, more, ...}``, ``more`` being
+    0 (no exceptions, no stalls, not cancelled) or ``b"<exceptions> <stalls> <cancelled>"``."""
     jobs = []
     i = 3
     while i < len(raw):
@@ -82,20 +83,22 @@ def pop_result(k: QueueKeys, raw: list[Any]) -> PopResult:
             )
             i += 1
             continue
-        if i + 6 >= len(raw):
+        if i + 4 >= len(raw):
             break
-        i += 7
+        i += 5
         try:
+            more = raw[i - 1]
+            exceptions, stalls, cancelled = (0, 0, 0) if more == 0 else map(int, more.split())
             jobs.append(
                 Reserved(
                     entry.decode(),
                     k.name,
-                    int(raw[i - 6]),
-                    int(raw[i - 5]),
-                    raw[i - 4],
-                    int(raw[i - 3]),
+                    int(raw[i - 4]),
+                    exceptions,
+                    raw[i - 3],
                     int(raw[i - 2]),
-                    raw[i - 1] == 1,
+                    stalls,
+                    cancelled == 1,
                 )
             )
         except (AttributeError, TypeError, ValueError):

@@ -610,7 +610,9 @@ class RedisQueue:
                     pipe = self.client.pipeline(transaction=False)
                     pipe.llen(k.ready)
                     pipe.zcard(k.delayed)
-                    pipe.zcard(k.reserved)
+                    # Not ZCARD: the reserved zset's skiplist mark (score +inf, no job:
+                    # lua/lib/reserved_skiplist.lua) is left out.
+                    pipe.zcount(k.reserved, "-inf", "(+inf")
                     pipe.zcard(k.failed)
                     pipe.zcard(k.prio)
                     pipe.get(k.gready)

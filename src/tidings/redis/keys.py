@@ -5,7 +5,10 @@ slot and runs unchanged on Redis Cluster::
 
     {prefix}:queue:{Q}                ready list of job ids, oldest first
     {prefix}:queue:{Q}:delayed        zset id -> due time (ms, Redis TIME)
-    {prefix}:queue:{Q}:reserved       zset id -> lease expiry (ms, Redis TIME)
+    {prefix}:queue:{Q}:reserved       zset id -> lease expiry (ms, Redis TIME), and while
+                                      jobs are held one member that is no job (score
+                                      +inf, keeps the skiplist encoding: lua/lib/
+                                      reserved_skiplist.lua); count with ZCOUNT -inf (+inf
     {prefix}:queue:{Q}:notify         list of wake-up tokens for blocking pops
     {prefix}:queue:{Q}:jobs           hash id -> signed envelope (the body, never rewritten)
     {prefix}:queue:{Q}:attempts       hash id -> reservations so far, id:e -> exceptions,

@@ -30,7 +30,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- (group_settled, gbase and groups_on: lua/lib/group_settled.lua, prepended)
 local lost = {}
 -- Redis time per job is mostly the calls a script makes: the plain entries are checked
--- with one HMGET of their tokens and settled with one ZREM, three HDELs and one ZADD
+-- with one HMGET of their tokens and settled with one ZREM, two HDELs and one ZADD
 -- for all of them (in chunks: unpack() takes at most ~8k values).
 local function each(cmd, key, vals, per)
   local step = per * 1000
@@ -60,7 +60,7 @@ local function settle(from, to, step)
       for _, v in ipairs(got) do have[#have + 1] = v end
     end
   end
-  local keep, held, fields, scores, grouped, seen = {}, {}, {}, {}, {}, {}
+  local keep, fields, scores, grouped, seen = {}, {}, {}, {}, {}
   local k = 0
   for i = from, to, step do
     local id = ARGV[i]
@@ -71,10 +71,10 @@ local function settle(from, to, step)
     else
       seen[id] = true
       keep[#keep + 1] = id
-      local h, f = #held, #fields
-      held[h + 1], held[h + 2] = id, ask[per * (k - 1) + 1]
-      fields[f + 1], fields[f + 2], fields[f + 3] = id .. ':e', id .. ':s', id .. ':p'
-      fields[f + 4], fields[f + 5] = id .. ':c', id .. ':g'
+      local f = #fields
+      fields[f + 1], fields[f + 2], fields[f + 3] = id, ask[per * (k - 1) + 1], id .. ':e'
+      fields[f + 4], fields[f + 5], fields[f + 6] = id .. ':s', id .. ':p', id .. ':c'
+      fields[f + 7] = id .. ':g'
       local z = #scores
       scores[z + 1], scores[z + 2] = nows, id
       local g = groups_on and have[per * k]
@@ -84,12 +84,10 @@ local function settle(from, to, step)
   -- ZREM first: at maxmemory a script's first write must be one that frees memory.
   each('ZREM', KEYS[1], keep, 1)
   each('HDEL', KEYS[2], keep, 1)
-  -- The counter and token every reserved job has go first: while Redis keeps the hash as
-  -- a listpack (small, and without pop's field: attempts_hashtable.lua) it is scanned for
-  -- each field named, and the fields most jobs never have (exceptions, stalls, priority,
-  -- cancel mark, group) are then looked up in a shorter one.
-  each('HDEL', KEYS[3], held, 2)
-  each('HDEL', KEYS[3], fields, 5)
+  -- The counter, the token and the fields most jobs never have (exceptions, stalls,
+  -- priority, cancel mark, group) in one call: the hash is a hashtable while jobs are held
+  -- (pop's field: attempts_hashtable.lua), one lookup a field whatever the order.
+  each('HDEL', KEYS[3], fields, 7)
   each('ZADD', KEYS[4], scores, 2)
   for _, e in ipairs(grouped) do pcall(group_settled, e[1], e[2], 'd') end
   return #keep > 0
@@ -106,7 +104,9 @@ for i = plain_end + 1, #ARGV, 4 do
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('%d', now - tonumber(ARGV[1])))
 redis.call('ZREMRANGEBYRANK', KEYS[4], '0', string.format('%d', -(tonumber(ARGV[2]) + 1)))
--- (attempts_tidy: lua/lib/attempts_hashtable.lua, prepended)
+-- (attempts_tidy: lua/lib/attempts_hashtable.lua, reserved_tidy: lua/lib/
+-- reserved_skiplist.lua, both prepended: an emptied queue leaves neither key behind)
 attempts_tidy(KEYS[3])
+reserved_tidy(KEYS[1])
 redis.call('SET', KEYS[5], seq .. '|' .. table.concat(lost, ' '), 'PX', '600000')
 return lost

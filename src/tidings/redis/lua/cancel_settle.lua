@@ -24,6 +24,7 @@ redis.call('HDEL', KEYS[3], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', 
   id .. ':f', id .. ':g')
 if g then pcall(group_settled, id, g, nil) end
 attempts_tidy(KEYS[3])  -- lua/lib/attempts_hashtable.lua, prepended
+reserved_tidy(KEYS[1])  -- lua/lib/reserved_skiplist.lua, prepended
 redis.call('ZADD', KEYS[4], now, id)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - tonumber(ARGV[3]))
 redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -(tonumber(ARGV[4]) + 1))

@@ -32,6 +32,7 @@ redis.call('HDEL', KEYS[3], id, id .. ':e', id .. ':t', id .. ':s', id .. ':p', 
   id .. ':f', id .. ':g')
 if g then pcall(group_settled, id, g, 'f') end
 attempts_tidy(KEYS[3])  -- lua/lib/attempts_hashtable.lua, prepended
+reserved_tidy(KEYS[1])  -- lua/lib/reserved_skiplist.lua, prepended
 -- The group goes with the failed record: `failed retry` puts the job back into it.
 if g then redis.call('HSET', KEYS[5], id .. ':g', g) end
 redis.call('ZADD', KEYS[4], now, id)

@@ -10,10 +10,11 @@
 -- ARGV[1] max jobs to reserve   ARGV[2] lease (retry_after) in ms
 -- ARGV[3] max body bytes        ARGV[4] migration chunk size   ARGV[5] queue name
 -- ARGV[6] the worker's pop sequence number (it moves on only after a reply arrived)
--- Returns {now_ms, wait_ms, dropped, id1, attempts1, exceptions1, body1, token1, stalls1,
--- cancelled1, ...}; wait_ms is the time until the next delayed job or lease expiry is due
--- (-1: nothing scheduled); cancelled is 1 for a job `app.cancel` marked (id:c): the
--- worker settles it as cancelled without running it.
+-- Returns {now_ms, wait_ms, dropped, id1, attempts1, body1, token1, more1, ...}; wait_ms
+-- is the time until the next delayed job or lease expiry is due (-1: nothing scheduled);
+-- more is 0 for a job with no exceptions, no stalls and no cancel mark (the usual job: one
+-- reply entry, not three), else "<exceptions> <stalls> <cancelled>", cancelled being 1 for
+-- a job `app.cancel` marked (id:c): the worker settles it as cancelled without running it.
 -- Priorities: a queue that never saw one (no pseq key) pops its ready list and nothing
 -- else. Otherwise jobs of priority > 0 (prio zset, lowest score first) come before the
 -- list (priority 0), and jobs of priority < 0 after it; jobs coming back (due delayed,
@@ -38,6 +39,8 @@
 -- are handed out again, still reserved under the same tokens, rather than left to stall.
 -- A job that stalled before (a suspect) is reserved only as the first of a pop, and ends
 -- it: the worker runs it alone (see tidings.worker.fetch).
+-- The reserved zset holds one member that is no job (RESERVED_MARK, score +inf:
+-- lua/lib/reserved_skiplist.lua, prepended) so that Redis keeps it as a skiplist.
 -- Bodies are never decoded here (cjson would rewrite them, and costs Redis time per job).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -193,8 +196,14 @@ end
 
 local function recover()
   local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', nows, 'LIMIT', '0', ARGV[4])
+  for i = #due, 1, -1 do
+    -- The skiplist mark (lua/lib/reserved_skiplist.lua) is no job: only a hand-written
+    -- score brings it here; it stays (the next reservation sets +inf again).
+    if due[i] == RESERVED_MARK then table.remove(due, i) end
+  end
   if #due > 0 then
     redis.call('ZREM', KEYS[3], unpack(due))
+    reserved_tidy(KEYS[3])
     to_ready(due)
     for _, id in ipairs(due) do
       if valid_id(id) and redis.call('HEXISTS', KEYS[5], id) == 1 then
@@ -235,14 +244,17 @@ local max, lease, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARG
 local n, dropped = 0, 0
 local seq = ARGV[6]
 
+-- A job's exceptions, stalls and cancel mark as one reply entry (see the header): Redis
+-- spends ~800 instructions a reply entry.
+local function more(exceptions, stalls, mark)
+  if exceptions == 0 and stalls == 0 and not mark then return 0 end
+  return string.format('%d %d %d', exceptions, stalls, mark and 1 or 0)
+end
+
 local function hand_out(id, body, tok, counts)
-  out[#out + 1] = id
-  out[#out + 1] = tonumber(counts[1] or '0')
-  out[#out + 1] = tonumber(counts[2] or '0')
-  out[#out + 1] = body
-  out[#out + 1] = tonumber(tok)
-  out[#out + 1] = tonumber(counts[3] or '0')
-  out[#out + 1] = counts[4] and 1 or 0
+  local o = #out
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, counts[1], body, tonumber(tok)
+  out[o + 5] = more(counts[2], counts[3], counts[4])
   n = n + 1
 end
 
@@ -457,14 +469,21 @@ end
 -- those after it are to go back), or nil.
 local function take(ids, groups)
   -- Everything the checks need, read first: one call a step for the whole batch, kept
-  -- by position (at[i]: the id's place among the usable ones, false for an unusable id).
-  local at, vids = {}, {}
-  for i, id in ipairs(ids) do
-    if valid_id(id) then
-      vids[#vids + 1] = id
-      at[i] = #vids
-    else
-      at[i] = false
+  -- by position (at[i]: the id's place among the usable ones, false for an unusable id;
+  -- no at when every id is usable, the usual case: two tables a batch fewer).
+  local at, vids = nil, ids
+  for _, id in ipairs(ids) do
+    if not valid_id(id) then
+      at, vids = {}, {}
+      for i, v in ipairs(ids) do
+        if valid_id(v) then
+          vids[#vids + 1] = v
+          at[i] = #vids
+        else
+          at[i] = false
+        end
+      end
+      break
     end
   end
   local b, c, r, d, f = {}, {}, {}, {}, {}
@@ -475,10 +494,12 @@ local function take(ids, groups)
     d = redis.call('ZMSCORE', KEYS[12], unpack(vids))
     f = redis.call('ZMSCORE', KEYS[7], unpack(vids))
   end
-  local zadd, hset = {}, {}
+  -- (reserved_skiplist.lua, prepended: first, so that a new key starts as a skiplist)
+  local zadd, hset = {'+inf', RESERVED_MARK}, {}
   local stop = nil
   for i, id in ipairs(ids) do
-    local j = at[i]
+    local j = i
+    if at then j = at[i] end
     local body, busy, finished, c1, c2, c3, c4 = false, false, false, nil, nil, nil, nil
     if j then
       body, busy, finished = b[j], r[j], d[j] or f[j]
@@ -554,8 +575,8 @@ local function take(ids, groups)
       local g = #got
       got[g + 1], got[g + 2] = id, tok
       local o = #out
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, attempts, exceptions, body
-      out[o + 5], out[o + 6], out[o + 7] = last, stalls, c4 and 1 or 0
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, attempts, body, last
+      out[o + 5] = more(exceptions, stalls, c4)
       n = n + 1
       if stalls > 0 and not c4 then
         -- A failing mark its last holder left (extend.lua) names that holder's token:
@@ -567,7 +588,7 @@ local function take(ids, groups)
       end
     end
   end
-  each('ZADD', KEYS[3], zadd, 2)
+  if #zadd > 2 then each('ZADD', KEYS[3], zadd, 2) end
   if #hset > 0 then
     -- (attempts_hashtable.lua, prepended: keeps the hash in Redis's hashtable encoding)
     hset[#hset + 1], hset[#hset + 2] = HT_FIELD, HT_VALUE
@@ -615,8 +636,10 @@ if redis.call('LLEN', KEYS[1]) == 0 and (not prio_on or redis.call('ZCARD', KEYS
   local wait = -1
   for _, key in ipairs({KEYS[2], KEYS[3]}) do
     local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
-    if head[2] then
-      local w = math.max(0, tonumber(head[2]) - now)
+    local s = tonumber(head[2] or '')
+    -- (+inf: the reserved zset's skiplist mark alone, no lease to wait for)
+    if s and s < math.huge then
+      local w = math.max(0, s - now)
       if wait < 0 or w < wait then wait = w end
     end
   end

@@ -72,6 +72,7 @@ if redis.call('ZREM', KEYS[3], id) == 0 then
   end
 end
 if g then pcall(redis.call, 'SREM', gbase .. ':gr:' .. g, id) end
+reserved_tidy(KEYS[3])  -- lua/lib/reserved_skiplist.lua, prepended
 redis.call('HDEL', KEYS[6], id .. ':t')
 if ARGV[3] == '1' and tonumber(redis.call('HGET', KEYS[6], id) or '0') > 0 then
   redis.call('HINCRBY', KEYS[6], id, -1)
