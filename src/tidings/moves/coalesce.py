@@ -18,11 +18,12 @@ unique and debounced pushes, and bulk pushes (already one call), take the direct
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
+
+from tidings import _forks
 
 Item = tuple[str, bytes]
 SendMany = Callable[[str, list[Item]], None]
@@ -78,7 +79,7 @@ class PushCoalescer:
         self._send = send
         self._lock = threading.Lock()
         self._lanes: dict[str, _Lane] = {}
-        self._pid = os.getpid()
+        self._generation = _forks.generation
 
     def _lane(self, queue: str) -> _Lane:
         lane = self._lanes.get(queue)
@@ -88,11 +89,11 @@ class PushCoalescer:
 
     def push(self, queue: str, item: Item) -> None:
         """Push one job, alone or in the next batch of ``queue``."""
-        if self._pid != os.getpid():
+        if self._generation != _forks.generation:
             # A forked child: its parent's flights (and maybe its held lock) are not its own.
             self._lock = threading.Lock()
             self._lanes = {}
-            self._pid = os.getpid()
+            self._generation = _forks.generation
         with self._lock:
             lane = self._lane(queue)
             if not lane.busy:
