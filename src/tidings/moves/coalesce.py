@@ -247,6 +247,7 @@ class AsyncPushCoalescer:
             for waiter in batch.waiters:
                 if not waiter.done():  # not cancelled: its producer is waiting on it
                     waiter.set_exception(_own_error(exc))
+                    waiter.exception()  # retrieved: a producer cancelled since logs nothing
         else:
             for waiter in batch.waiters:
                 if not waiter.done():
