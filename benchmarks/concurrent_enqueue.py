@@ -5,7 +5,11 @@ Issue 28, goal 7: concurrent producers coalesce into pipelines (group commit,
 runs, interleaved on one throwaway Redis: tidings with coalescing (the default), tidings
 with it switched off (``RedisQueue.coalesce = False``: the code before), huey's
 ``task()`` calls from the same 8 threads (when huey is installed), and the same two
-tidings settings from 64 asyncio tasks. Medians and spreads (min-max over rounds)::
+tidings settings from 64 asyncio tasks. Medians and spreads (min-max over rounds), and
+beside each rate the process's CPU (user + system, ``getrusage``) and context switches
+(voluntary + involuntary) per job, medians over rounds: on a busy machine these move
+less than the rates, and they say where the time goes (the system part is mostly
+thread wake-ups: futexes and the GIL)::
 
     .venv/bin/python -m benchmarks.concurrent_enqueue --n 8000 --rounds 5
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import statistics
 import threading
 import time
@@ -28,9 +33,23 @@ from benchmarks._redis import bench_redis
 THREADS = 8
 TASKS = 64
 
+Figure = tuple[float, float, float]
+"""Jobs per second, CPU µs per job, context switches per job."""
 
-def threaded(n: int, send: Callable[[int], Any]) -> float:
-    """Jobs per second with ``send(i)`` called from THREADS threads, n jobs in all."""
+
+def _usage() -> tuple[float, int]:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime, r.ru_nvcsw + r.ru_nivcsw
+
+
+def _figure(jobs: int, seconds: float, before: tuple[float, int]) -> Figure:
+    cpu, switches = _usage()
+    return jobs / seconds, (cpu - before[0]) / jobs * 1e6, (switches - before[1]) / jobs
+
+
+def threaded(n: int, send: Callable[[int], Any]) -> Figure:
+    """Jobs per second (and CPU, switches) with ``send(i)`` called from THREADS threads,
+    n jobs in all."""
     per = n // THREADS
     go = threading.Barrier(THREADS + 1)
 
@@ -43,24 +62,27 @@ def threaded(n: int, send: Callable[[int], Any]) -> float:
     for t in threads:
         t.start()
     go.wait()
+    usage = _usage()
     started = time.perf_counter()
     for t in threads:
         t.join()
-    return per * THREADS / (time.perf_counter() - started)
+    return _figure(per * THREADS, time.perf_counter() - started, usage)
 
 
-def tasks(n: int, send: Callable[[int], Any]) -> float:
-    """Jobs per second with ``await send(i)`` from TASKS asyncio tasks, n jobs in all."""
+def tasks(n: int, send: Callable[[int], Any]) -> Figure:
+    """Jobs per second (and CPU, switches) with ``await send(i)`` from TASKS asyncio
+    tasks, n jobs in all."""
     per = n // TASKS
 
     async def producer(base: int) -> None:
         for i in range(base, base + per):
             await send(i)
 
-    async def main() -> float:
+    async def main() -> Figure:
+        usage = _usage()
         started = time.perf_counter()
         await asyncio.gather(*(producer(t * per) for t in range(TASKS)))
-        return per * TASKS / (time.perf_counter() - started)
+        return _figure(per * TASKS, time.perf_counter() - started, usage)
 
     return asyncio.run(main())
 
@@ -87,7 +109,7 @@ def main() -> None:
         except Exception:
             huey_noop = None
 
-        def tidings_threads(coalesce: bool) -> Callable[[], float]:
+        def tidings_threads(coalesce: bool) -> Callable[[], Figure]:
             def run() -> float:
                 clean()
                 rq.coalesce = coalesce
@@ -95,7 +117,7 @@ def main() -> None:
 
             return run
 
-        def tidings_tasks(coalesce: bool) -> Callable[[], float]:
+        def tidings_tasks(coalesce: bool) -> Callable[[], Figure]:
             def run() -> float:
                 clean()
                 rq.coalesce = coalesce
@@ -103,11 +125,11 @@ def main() -> None:
 
             return run
 
-        def huey_threads() -> float:
+        def huey_threads() -> Figure:
             clean()
             return threaded(args.n, lambda i: huey_noop(i))
 
-        runs: dict[str, Callable[[], float]] = {
+        runs: dict[str, Callable[[], Figure]] = {
             "tidings, 8 threads, coalesced": tidings_threads(True),
             "tidings, 8 threads, direct (coalesce off)": tidings_threads(False),
         }
@@ -117,19 +139,23 @@ def main() -> None:
         runs["tidings, 64 tasks, direct (coalesce off)"] = tidings_tasks(False)
         for run in runs.values():  # warm-up: connections, script cache
             run()
-        rates: dict[str, list[float]] = {name: [] for name in runs}
+        figures: dict[str, list[Figure]] = {name: [] for name in runs}
         for _ in range(args.rounds):
             for name, run in runs.items():
-                rates[name].append(run())
+                figures[name].append(run())
+        rates = {name: [f[0] for f in values] for name, values in figures.items()}
         clean()
         print(
             f"N = {args.n:,} a round, {args.rounds} interleaved rounds, Redis {server.version}, "
             f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f})"
         )
         for name, values in rates.items():
+            cpu = statistics.median(f[1] for f in figures[name])
+            switches = statistics.median(f[2] for f in figures[name])
             print(
                 f"  {name:<36} {statistics.median(values):8,.0f}/s "
-                f"[{min(values):,.0f}-{max(values):,.0f}]"
+                f"[{min(values):,.0f}-{max(values):,.0f}]  "
+                f"CPU {cpu:5.1f} µs/job, {switches:4.2f} switches/job"
             )
 
         def ratio(a: str, b_: str) -> str:

@@ -17,11 +17,7 @@ _warned_blocking = False
 def warn_blocking() -> None:
     """Warn once per process when a sync push runs on an event loop (it blocks it)."""
     global _warned_blocking
-    if _warned_blocking:
-        return
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
+    if _warned_blocking or asyncio._get_running_loop() is None:  # no exception raised
         return
     _warned_blocking = True
     warnings.warn(

@@ -507,17 +507,23 @@ class App:
             return push_guarded(self, pending, guard)
         group = group_of(pending)
         rq, queue, job_id, envelope, delay, priority = self._prepared(pending)
+        if defer is None:
+            warn_blocking()
+            rq.push(queue, [(job_id, envelope)], delay, priority, group)
+            self._queued(job_id, queue, pending, delay)
+            return job_id
 
         def push() -> None:
             rq.push(queue, [(job_id, envelope)], delay, priority, group)
-            self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
+            self._queued(job_id, queue, pending, delay)
 
-        if defer is not None:
-            defer(push)
-        else:
-            warn_blocking()
-            push()
+        defer(push)
         return job_id
+
+    def _queued(self, job_id: str, queue: str, pending: PendingDispatch, delay: float) -> None:
+        """Emit ``JobQueued``: built only when the meter or a listener takes it."""
+        if self._meter is not None or self.events.has_listeners(JobQueued):
+            self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
 
     async def push_pending_async(self, pending: PendingDispatch) -> str | None:
         """Async twin of :meth:`push_pending`."""
@@ -531,7 +537,7 @@ class App:
         group = group_of(pending)
         rq, queue, job_id, envelope, delay, priority = self._prepared(pending)
         await rq.push_async(queue, [(job_id, envelope)], delay, priority, group)
-        self.emit(JobQueued(job_id, queue, pending.job.display_name(), delay))
+        self._queued(job_id, queue, pending, delay)
         return job_id
 
     def _grouped(

@@ -284,3 +284,56 @@ def test_a_forked_child_does_not_wait_on_its_parents_flight(rq: RedisQueue) -> N
         gated.gate.set()
         parent.join(WAIT_S)
     assert sorted(ready_ids(rq, "q")) == ["child", "parent"]
+
+
+def test_a_forked_child_pushes_on_a_connection_of_its_own(rq: RedisQueue) -> None:
+    """The fast lane's per-thread connection is not inherited by a forked child (the
+    fork counter of tidings._forks replaced a getpid() system call per push)."""
+    rq.push("q", [("parent-1", env("p"))])  # this thread's connection exists now
+    parent_conn = rq._fast._local.conn
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            rq.push("q", [("child", env("c"))])
+            code = 0 if rq._fast._local.conn is not parent_conn else 2
+        finally:
+            os._exit(code)
+    _, raw = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(raw) == 0
+    rq.push("q", [("parent-2", env("p"))])  # the parent's socket was left alone
+    assert rq._fast._local.conn is parent_conn
+    assert ready_ids(rq, "q") == ["parent-1", "child", "parent-2"]
+
+
+def test_a_task_cancelled_while_its_batch_waits_leaves_the_others_landing(
+    rq: RedisQueue,
+) -> None:
+    release = asyncio.Event()
+    inner: Any = rq._acoalescer._send
+    calls: list[list[str]] = []
+
+    async def held(queue: str, items: list[tuple[str, bytes]]) -> None:
+        calls.append([i for i, _ in items])
+        if len(calls) == 1:
+            await release.wait()
+        await inner(queue, items)
+
+    rq._acoalescer._send = held
+
+    async def main() -> None:
+        first = asyncio.create_task(rq.push_async("q", [("first", env("f"))]))
+        while not calls:
+            await asyncio.sleep(0)
+        waiting = [asyncio.create_task(rq.push_async("q", [(f"w{n}", env("w"))])) for n in range(4)]
+        await asyncio.sleep(0)  # all four joined the next batch
+        waiting[1].cancel()
+        release.set()
+        await first
+        results = await asyncio.gather(*waiting, return_exceptions=True)
+        assert isinstance(results[1], asyncio.CancelledError)
+        assert [r for n, r in enumerate(results) if n != 1] == [None, None, None]
+        assert calls[1] == ["w0", "w1", "w2", "w3"]  # its job was in the batch already
+
+    asyncio.run(main())
+    assert ready_ids(rq, "q") == ["first", "w0", "w1", "w2", "w3"]

@@ -18,11 +18,12 @@ unique and debounced pushes, and bulk pushes (already one call), take the direct
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
+
+from tidings import _forks
 
 Item = tuple[str, bytes]
 SendMany = Callable[[str, list[Item]], None]
@@ -78,7 +79,7 @@ class PushCoalescer:
         self._send = send
         self._lock = threading.Lock()
         self._lanes: dict[str, _Lane] = {}
-        self._pid = os.getpid()
+        self._generation = _forks.generation
 
     def _lane(self, queue: str) -> _Lane:
         lane = self._lanes.get(queue)
@@ -88,11 +89,11 @@ class PushCoalescer:
 
     def push(self, queue: str, item: Item) -> None:
         """Push one job, alone or in the next batch of ``queue``."""
-        if self._pid != os.getpid():
+        if self._generation != _forks.generation:
             # A forked child: its parent's flights (and maybe its held lock) are not its own.
             self._lock = threading.Lock()
             self._lanes = {}
-            self._pid = os.getpid()
+            self._generation = _forks.generation
         with self._lock:
             lane = self._lane(queue)
             if not lane.busy:
@@ -154,11 +155,14 @@ class PushCoalescer:
 
 
 class _ABatch:
-    __slots__ = ("items", "landed")
+    __slots__ = ("items", "waiters")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self) -> None:
         self.items: list[Item] = []
-        self.landed: asyncio.Future[None] = loop.create_future()
+        # One future per producer: a producer cancelled while it waits cancels its own
+        # (cheaper than ``asyncio.shield`` around a shared one: no second future and
+        # no callbacks per producer).
+        self.waiters: list[asyncio.Future[None]] = []
 
 
 class _ALane:
@@ -181,12 +185,21 @@ class AsyncPushCoalescer:
         self._send = send
         self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _ALane]]
         self._lanes = weakref.WeakKeyDictionary()
+        # The last loop's lanes (a weak reference's call instead of a weak-key lookup).
+        self._last: tuple[weakref.ref[asyncio.AbstractEventLoop], dict[str, _ALane]] | None
+        self._last = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     def _lane(self, loop: asyncio.AbstractEventLoop, queue: str) -> _ALane:
-        lanes = self._lanes.get(loop)
-        if lanes is None:
-            lanes = self._lanes[loop] = {}
+        last = self._last
+        if last is not None and last[0]() is loop:
+            lanes = last[1]
+        else:
+            got = self._lanes.get(loop)
+            if got is None:
+                got = self._lanes[loop] = {}
+            lanes = got
+            self._last = (weakref.ref(loop), lanes)
         lane = lanes.get(queue)
         if lane is None:
             lane = lanes[queue] = _ALane()
@@ -207,15 +220,12 @@ class AsyncPushCoalescer:
         if waiting and len(waiting[-1].items) < MAX_BATCH:
             batch = waiting[-1]
         else:
-            batch = _ABatch(loop)
+            batch = _ABatch()
             waiting.append(batch)
         batch.items.append(item)
-        try:
-            await asyncio.shield(batch.landed)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            raise _own_error(exc) from exc.__cause__
+        landed: asyncio.Future[None] = loop.create_future()
+        batch.waiters.append(landed)
+        await landed  # the batch's error, each producer's own copy (see _fly)
 
     def _handover(self, loop: asyncio.AbstractEventLoop, queue: str, lane: _ALane) -> None:
         if not lane.waiting:
@@ -230,12 +240,17 @@ class AsyncPushCoalescer:
         try:
             await self._send(queue, batch.items)
         except asyncio.CancelledError:
-            batch.landed.cancel()
+            for waiter in batch.waiters:
+                waiter.cancel()
             raise
         except BaseException as exc:
-            batch.landed.set_exception(exc)
-            batch.landed.exception()  # retrieved: a batch whose producers left logs nothing
+            for waiter in batch.waiters:
+                if not waiter.done():  # not cancelled: its producer is waiting on it
+                    waiter.set_exception(_own_error(exc))
+                    waiter.exception()  # retrieved: a producer cancelled since logs nothing
         else:
-            batch.landed.set_result(None)
+            for waiter in batch.waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
         finally:
             self._handover(asyncio.get_running_loop(), queue, lane)

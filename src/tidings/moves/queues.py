@@ -464,8 +464,10 @@ class RedisQueue:
         group: str | None = None,
     ) -> None:
         script, keys, args = self._push_move(queue, items, delay_s, priority, group)
-        with _guard(f"push to {queue!r}"):
+        try:  # _guard, inline: no generator and no message built for a push that lands
             self.produce(queue, script, keys, args)
+        except _GUARDED as exc:
+            _raise_translated(exc, f"push to {queue!r}")
 
     async def _apush_many(
         self,
@@ -476,8 +478,10 @@ class RedisQueue:
         group: str | None = None,
     ) -> None:
         script, keys, args = self._push_move(queue, items, delay_s, priority, group)
-        async with _aguard(f"push to {queue!r}"):
+        try:  # _aguard, inline (as in _push_many)
             await self.aproduce(queue, script, keys, args)
+        except _GUARDED as exc:
+            _raise_translated(exc, f"push to {queue!r}")
 
     def produce(
         self, queue: str, script: scripts.LuaScript, keys: list[str], args: list[scripts.Arg]

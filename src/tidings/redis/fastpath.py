@@ -13,7 +13,6 @@ Cluster clients keep the ordinary path.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from tidings import _forks
 from tidings.redis.scripts import Arg, LuaScript
 
 
@@ -54,7 +54,7 @@ class FastLane:
 
     def _connection(self) -> Any:
         conn = getattr(self._local, "conn", None)
-        if conn is None or self._local.pid != os.getpid():
+        if conn is None or self._local.generation != _forks.generation:
             # A forked child must not share its parent's socket.
             # Made outside the pool's count: ``make_connection`` counts every connection
             # ever made against ``max_connections`` (100) and these are never released to
@@ -62,7 +62,7 @@ class FastLane:
             # closes with its thread-local (``Connection.__del__``).
             pool = self._pool
             conn = self._local.conn = pool.connection_class(**pool.connection_kwargs)
-            self._local.pid = os.getpid()
+            self._local.generation = _forks.generation
         return conn
 
     def _roundtrip(self, packed: bytes) -> Any:
