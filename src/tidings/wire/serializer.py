@@ -380,11 +380,12 @@ def _resolve_kind(resolve: Resolver, path: str, tag: str) -> type[Any]:
     try:
         if cls in fitting:
             return cls
+        hashable = True
     except TypeError:  # unhashable: not a class (refused below) or a rare metaclass's
-        fitting = set()
+        hashable = False
     if not _fits(cls, tag):
         raise SerializationError(f"{path!r} is not a class a {tag!r} value can hold")
-    if len(fitting) < 4096:
+    if hashable and len(fitting) < 4096:
         fitting.add(cls)
     return cls
 
