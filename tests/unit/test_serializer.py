@@ -272,6 +272,21 @@ def test_decode_restores_without_running_init_or_post_init() -> None:
     assert back.calls == 1  # a second __post_init__ would have made it 2
 
 
+@dataclass
+class Guarded:
+    """A class whose own __setattr__ refuses: decode restores past it."""
+
+    x: Any = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("read-only")
+
+
+def test_decode_restores_past_a_classes_own_setattr() -> None:
+    back = decode({"__t": "dc", "c": f"{__name__}:Guarded", "f": {"x": [1]}}, resolve)
+    assert type(back) is Guarded and back.x == [1]
+
+
 def test_queue_dump_and_load_hook() -> None:
     Model.loaded.clear()
     encoded = encode({"owner": Model(42, heavy=object())})

@@ -342,6 +342,7 @@ def encode(value: Any, *, path: str = "") -> Any:
 
 # Types decode returns as they are (exact types only: orjson gives no subclasses).
 _SCALARS = frozenset((str, int, float, bool, type(None)))
+_OBJECT_SETATTR = object.__setattr__
 
 
 def _plain(value: Any, resolve: Resolver) -> Any:
@@ -440,11 +441,13 @@ def decode(data: Any, resolve: Resolver) -> Any:
                 cls = _resolve_kind(resolve, data["c"], tag)
             obj = object.__new__(cls)
             # Bypass __init__/__post_init__: the object is restored, not created anew.
-            # A str, number, bool or None field is itself (what decode would return):
-            # most fields are, so they skip the two calls.
-            setattr_ = object.__setattr__
+            # Past any __setattr__ of the class (a frozen dataclass's refuses): where it
+            # defines none, the setattr builtin does exactly what object.__setattr__
+            # does, without the slot wrapper's argument tuple. A str, number, bool or
+            # None field is itself (what decode would return): most fields are.
+            setter = setattr if cls.__setattr__ is _OBJECT_SETATTR else _OBJECT_SETATTR
             for name, raw in data["f"].items():
-                setattr_(obj, name, raw if type(raw) in _SCALARS else decode(raw, resolve))
+                setter(obj, name, raw if type(raw) in _SCALARS else decode(raw, resolve))
             return obj
         if tag == "m":
             cls = _resolve_kind(resolve, data["c"], tag)
