@@ -154,7 +154,7 @@ Caller = Callable[[Any, Any, str], Any]
 settled."""
 
 
-Send = tuple[Callable[..., Any], bool]
+ChannelSend = tuple[Callable[..., Any], bool]
 """A channel's bound ``send`` and whether it takes the delivery id (its third argument)."""
 
 
@@ -167,15 +167,15 @@ class _Channels(dict[str, Any]):
     def __init__(self) -> None:
         super().__init__()
         self.callers: dict[str, Caller] = {}
-        self.sends: dict[str, Send] = {}
+        self.sends: dict[str, ChannelSend] = {}
 
 
-def _send_of(channel: Any, builtin: bool) -> Send:
+def _send_of(channel: Any, builtin: bool) -> ChannelSend:
     send = channel.send
     return send, builtin or _takes_delivery_id(send)
 
 
-def _caller(send: Send) -> Caller:
+def _caller(send: ChannelSend) -> Caller:
     fn, takes_id = send
     if takes_id:
         return cast(Caller, fn)
@@ -271,7 +271,7 @@ class ChannelManager:
             call = self._loop_channels().callers[name] = _caller(self.send_of(name))
         return call
 
-    def send_of(self, name: str) -> Send:
+    def send_of(self, name: str) -> ChannelSend:
         """Channel ``name``'s bound ``send`` on the running loop and whether it takes the
         delivery id (built-ins do, and so does an app's ``send`` with a third argument):
         what :meth:`caller` calls, without a wrapper's call per message."""
