@@ -438,6 +438,10 @@ WRONG_WIRE: list[tuple[str, Any]] = [
     ("chain", None),
     ("backoff", "fast"),
     ("backoff", {"exp": "1"}),
+    ("backoff", {"exp": 1.0, "f": 2.0}),
+    ("backoff", {"exp": 1.0, "f": 2.0, "max": True}),
+    ("backoff", {"exp": 1.0, "f": None, "max": 60.0}),
+    ("backoff", [1.0, False]),
     ("chainCatch", "x"),
     ("uuid", 123),
 ]

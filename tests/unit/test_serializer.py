@@ -272,6 +272,21 @@ def test_decode_restores_without_running_init_or_post_init() -> None:
     assert back.calls == 1  # a second __post_init__ would have made it 2
 
 
+@dataclass
+class Guarded:
+    """A class whose own __setattr__ refuses: decode restores past it."""
+
+    x: Any = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("read-only")
+
+
+def test_decode_restores_past_a_classes_own_setattr() -> None:
+    back = decode({"__t": "dc", "c": f"{__name__}:Guarded", "f": {"x": [1]}}, resolve)
+    assert type(back) is Guarded and back.x == [1]
+
+
 def test_queue_dump_and_load_hook() -> None:
     Model.loaded.clear()
     encoded = encode({"owner": Model(42, heavy=object())})
@@ -428,6 +443,48 @@ def test_decode_checks_the_class_fits_the_tag(data: dict[str, Any], wrong: str) 
     but a name is not a licence to call anything)."""
     with pytest.raises(SerializationError):
         decode(data, resolve)
+
+
+class _Unhashable(type):
+    """A metaclass whose classes cannot be hashed (the decoder's per-class cache must
+    not refuse them)."""
+
+    def __eq__(cls, other: object) -> bool:
+        return cls is other
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass
+class Unhashable(metaclass=_Unhashable):
+    a: Any = 0
+
+
+def test_decode_of_a_class_that_cannot_be_hashed() -> None:
+    for value in (1, "x", [2]):
+        got = decode({"__t": "dc", "c": "m:Unhashable", "f": {"a": value}}, lambda p: Unhashable)
+        assert type(got) is Unhashable and got.a == value
+
+
+@pytest.mark.parametrize("named", [{"a": 1}, [1], int, print], ids=repr)
+def test_decode_refuses_a_name_of_no_fitting_class_every_time(named: Any) -> None:
+    """The kind check is remembered only for classes that fit: whatever the resolver
+    gives that does not fit (not hashable either) is refused on every decode."""
+    for _ in range(2):
+        for tag in ("dc", "obj"):
+            with pytest.raises(SerializationError, match="is not a class"):
+                decode({"__t": tag, "c": "m:X", "f": {}}, lambda p: named)
+
+
+def test_scalar_fields_decode_as_themselves() -> None:
+    value = Address("s", "z")
+    data = orjson.loads(orjson.dumps(encode({"a": [value, True, None, 1.5, 2**60]})))
+    got = decode(data, resolve)
+    assert got == {"a": [value, True, None, 1.5, 2**60]}
+    row = decode(
+        {"__t": "dc", "c": f"{__name__}:Address", "f": {"street": 1, "zip": None}}, resolve
+    )
+    assert (row.street, row.zip) == (1, None)
 
 
 def test_module_docstring_lists_every_tag_the_encoder_emits() -> None:

@@ -22,6 +22,8 @@ from tidings.jobs.job import Job, option
 from tidings.jobs.limits import channel_limits
 from tidings.notifications.notification import Notification
 
+_NO_MIDDLEWARE = Notification.middleware
+
 
 def is_transient(exc: BaseException) -> bool:
     """Whether a later attempt may deliver: a channel error not marked permanent, a
@@ -71,7 +73,11 @@ class SendQueuedNotification(Job):
 
     def middleware(self) -> list[Any]:
         """The channel's rate limit (``app.rate_limit``), then the notification's middleware."""
-        own = self.notification.middleware()
+        notification = self.notification
+        if type(notification).middleware is _NO_MIDDLEWARE:  # the base's: none, not called
+            own: list[Any] = []
+        else:
+            own = notification.middleware()
         if not getattr(_current.current(), "channel_limits", None):
             return own  # no app.rate_limit at all (the common case): nothing to look up
         return [*channel_limits(self.channel), *own]

@@ -14,6 +14,7 @@ import inspect
 import logging
 import uuid
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from types import CoroutineType
 from typing import Any
 
 from tidings.events.listener import ShouldQueue
@@ -28,6 +29,8 @@ from tidings.notifications.rules.preferences import Preferences
 from tidings.observability import tracing
 
 log = logging.getLogger("tidings.notifications")
+
+_ALWAYS = Notification.should_send
 
 
 def delivery_id(notification_id: str, index: int, channel: str) -> str:
@@ -205,7 +208,9 @@ class NotificationSender:
         notification (a retry would send it again) nor mask the channel's own error
         (whose ``permanent`` / ``retry_after_s`` decide the retry).
         """
-        if not notification.should_send(notifiable, channel):
+        if type(notification).should_send is not _ALWAYS and not notification.should_send(
+            notifiable, channel
+        ):  # (the base class's should_send, always True, is not called)
             return None
         events = self.app.events
         if events.has_listeners(NotificationSending):  # no event built for nobody
@@ -219,8 +224,12 @@ class NotificationSender:
                 with tracing.span(f"notify {channel}", attrs, kind="CLIENT"):
                     response = await self.channels.send(channel, notifiable, notification, delivery)
             else:  # one coroutine fewer than channels.send on the common path
-                response = self.channels.caller(channel)(notifiable, notification, delivery)
-                if inspect.isawaitable(response):
+                send, takes_id = self.channels.send_of(channel)
+                if takes_id:
+                    response = send(notifiable, notification, delivery)
+                else:
+                    response = send(notifiable, notification)
+                if type(response) is CoroutineType or inspect.isawaitable(response):
                     response = await response
         except Exception as exc:
             await self._announce_safely(

@@ -185,13 +185,21 @@ def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+_NUMBERS = frozenset((int, float))  # exactly (a bool is an int, not a number here)
+
+
 def _valid_backoff(spec: object) -> bool:
     """A list of seconds, or ``{"exp", "f", "max"}`` numbers (see backoff.py), or None."""
+    if spec is None:
+        return True
+    if isinstance(spec, dict):  # a notification's default (exponential): no generator
+        exp, factor, cap = spec.get("exp"), spec.get("f"), spec.get("max")
+        if type(exp) in _NUMBERS and type(factor) in _NUMBERS and type(cap) in _NUMBERS:
+            return True
+        return _number(exp) and _number(factor) and _number(cap)
     if isinstance(spec, list):
         return all(_number(v) for v in spec)
-    if isinstance(spec, dict):
-        return all(_number(spec.get(k)) for k in ("exp", "f", "max"))
-    return spec is None
+    return False
 
 
 def _class_name(path: str) -> str:

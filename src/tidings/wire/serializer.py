@@ -340,6 +340,11 @@ def encode(value: Any, *, path: str = "") -> Any:
         raise SerializationError(exc.message, path=path) from None
 
 
+# Types decode returns as they are (exact types only: orjson gives no subclasses).
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+_OBJECT_SETATTR = object.__setattr__
+
+
 def _plain(value: Any, resolve: Resolver) -> Any:
     if isinstance(value, list):
         return [decode(v, resolve) for v in value]
@@ -358,15 +363,31 @@ def _fits(cls: Any, tag: str) -> bool:
     return issubclass(cls, enum.Enum)
 
 
+# Per tag, the classes found to fit it (a class does not stop being a dataclass, a
+# tidings serializable, a model or an Enum): each job's decode asks once per object.
+_FITTING: dict[str, set[type[Any]]] = {"dc": set(), "obj": set(), "m": set(), "enum": set()}
+
+
 def _resolve_kind(resolve: Resolver, path: str, tag: str) -> type[Any]:
     """Resolve ``path`` and check it is the kind of class ``tag`` stands for.
 
     A name in a payload is never a licence to call or fill any object: an ``enum`` tag
-    naming a function, or a ``dc`` tag naming a plain class, is refused.
+    naming a function, or a ``dc`` tag naming a plain class, is refused. ``resolve`` is
+    asked every time (it enforces the allowed modules of its App); only the kind check
+    of a class already found to fit is remembered.
     """
     cls = resolve(path)
+    fitting = _FITTING[tag]
+    try:
+        if cls in fitting:
+            return cls
+        hashable = True
+    except TypeError:  # unhashable: not a class (refused below) or a rare metaclass's
+        hashable = False
     if not _fits(cls, tag):
         raise SerializationError(f"{path!r} is not a class a {tag!r} value can hold")
+    if hashable and len(fitting) < 4096:
+        fitting.add(cls)
     return cls
 
 
@@ -411,11 +432,22 @@ def decode(data: Any, resolve: Resolver) -> Any:
         return {k: decode(v, resolve) for k, v in data.items()}
     try:
         if tag == "dc" or tag == "obj":
-            cls: Any = _resolve_kind(resolve, data["c"], tag)
+            cls: Any = resolve(data["c"])
+            try:  # _resolve_kind, inlined for a class already found to fit
+                fit = cls in _FITTING[tag]
+            except TypeError:
+                fit = False
+            if not fit:
+                cls = _resolve_kind(resolve, data["c"], tag)
             obj = object.__new__(cls)
             # Bypass __init__/__post_init__: the object is restored, not created anew.
+            # Past any __setattr__ of the class (a frozen dataclass's refuses): where it
+            # defines none, the setattr builtin does exactly what object.__setattr__
+            # does, without the slot wrapper's argument tuple. A str, number, bool or
+            # None field is itself (what decode would return): most fields are.
+            setter = setattr if cls.__setattr__ is _OBJECT_SETATTR else _OBJECT_SETATTR
             for name, raw in data["f"].items():
-                object.__setattr__(obj, name, decode(raw, resolve))
+                setter(obj, name, raw if type(raw) in _SCALARS else decode(raw, resolve))
             return obj
         if tag == "m":
             cls = _resolve_kind(resolve, data["c"], tag)

@@ -154,24 +154,34 @@ Caller = Callable[[Any, Any, str], Any]
 settled."""
 
 
-class _Channels(dict[str, Any]):
-    """One loop's channels by name, and their callers (built once per channel, not worked
-    out again on every send)."""
+ChannelSend = tuple[Callable[..., Any], bool]
+"""A channel's bound ``send`` and whether it takes the delivery id (its third argument)."""
 
-    __slots__ = ("callers",)
+
+class _Channels(dict[str, Any]):
+    """One loop's channels by name, and their callers and sends (built once per channel,
+    not worked out again on every send)."""
+
+    __slots__ = ("callers", "sends")
 
     def __init__(self) -> None:
         super().__init__()
         self.callers: dict[str, Caller] = {}
+        self.sends: dict[str, ChannelSend] = {}
 
 
-def _caller(channel: Any, builtin: bool) -> Caller:
+def _send_of(channel: Any, builtin: bool) -> ChannelSend:
     send = channel.send
-    if builtin or _takes_delivery_id(send):
-        return cast(Caller, send)
+    return send, builtin or _takes_delivery_id(send)
+
+
+def _caller(send: ChannelSend) -> Caller:
+    fn, takes_id = send
+    if takes_id:
+        return cast(Caller, fn)
 
     def call(notifiable: Any, notification: Any, delivery_id: str) -> Any:
-        return send(notifiable, notification)
+        return fn(notifiable, notification)
 
     return call
 
@@ -194,6 +204,7 @@ class ChannelManager:
         for channels in self._by_loop.values():
             channels.pop(name, None)
             channels.callers.pop(name, None)
+            channels.sends.pop(name, None)
 
     def _loop_channels(self) -> _Channels:
         loop = asyncio.get_running_loop()
@@ -257,10 +268,25 @@ class ChannelManager:
         so does an app's channel whose ``send`` takes a third argument."""
         call = self._loop_channels().callers.get(name)
         if call is None:
+            call = self._loop_channels().callers[name] = _caller(self.send_of(name))
+        return call
+
+    def send_of(self, name: str) -> ChannelSend:
+        """Channel ``name``'s bound ``send`` on the running loop and whether it takes the
+        delivery id (built-ins do, and so does an app's ``send`` with a third argument):
+        what :meth:`caller` calls, without a wrapper's call per message."""
+        last = self._last
+        if last is not None and last[0]() is asyncio.get_running_loop():
+            send = last[1].sends.get(name)  # the common case: the previous send's loop
+            if send is not None:
+                return send
+        channels = self._loop_channels()
+        send = channels.sends.get(name)
+        if send is None:
             channel = self.get(name)
             builtin = name in BUILTIN and self.factories[name] is BUILTIN[name]
-            call = self._loop_channels().callers[name] = _caller(channel, builtin)
-        return call
+            send = channels.sends[name] = _send_of(channel, builtin)
+        return send
 
     async def send(self, name: str, notifiable: Any, notification: Any, delivery_id: str) -> Any:
         """Send on channel ``name`` (see :meth:`caller`)."""
