@@ -53,17 +53,22 @@ asyncio.run(b.drain())
 """
 
 
-def instructions(env: dict[str, str]) -> int:
-    """Instructions of one child drain under cachegrind."""
+def counted(args: list[str], env: dict[str, str]) -> int:
+    """Instructions of ``python <args>`` under cachegrind, run in the repository."""
     out = subprocess.run(
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-         sys.executable, "-c", CHILD],
+         sys.executable, *args],
         env=env, cwd=HERE, capture_output=True, text=True, check=True,
     ).stderr  # fmt: skip
     m = re.search(r"I\s+refs:\s+([0-9,]+)", out)
     if m is None:
         raise SystemExit(f"no instruction count in valgrind's output:\n{out[-2000:]}")
     return int(m.group(1).replace(",", ""))
+
+
+def instructions(env: dict[str, str]) -> int:
+    """Instructions of one child drain under cachegrind."""
+    return counted(["-c", CHILD], env)
 
 
 def main() -> None:

@@ -24,15 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import redis
 
 from benchmarks._redis import bench_redis
+from benchmarks.instructions import counted
 
 HERE = Path(__file__).resolve().parent.parent
 KINDS = ("bare", "notification")
@@ -93,15 +91,7 @@ def instructions(src: str, envelopes: str, kind: str, stage: str, k: int) -> int
     """Instructions of one child under cachegrind: ``stage`` run ``k`` times."""
     env = dict(os.environ, PYTHONPATH=f"{src}{os.pathsep}{HERE}", PYTHONHASHSEED="0",
                BENCH_ENVELOPES=envelopes)  # fmt: skip
-    out = subprocess.run(
-        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-         sys.executable, "-c", CHILD, kind, stage, str(k)],
-        env=env, cwd=HERE, capture_output=True, text=True, check=True,
-    ).stderr  # fmt: skip
-    m = re.search(r"I\s+refs:\s+([0-9,]+)", out)
-    if m is None:
-        raise SystemExit(f"no instruction count in valgrind's output:\n{out[-2000:]}")
-    return int(m.group(1).replace(",", ""))
+    return counted(["-c", CHILD, kind, stage, str(k)], env)
 
 
 def main() -> None:
