@@ -426,7 +426,9 @@ class Checker:
 
     # -- one seed ---------------------------------------------------------------------
 
-    def _push(self, job: Job | PendingDispatch, group: str | None = None) -> tuple[str, bytes]:
+    def _push(
+        self, job: Job | PendingDispatch, group: str | None = None, delay_s: float = 0.0
+    ) -> tuple[str, bytes]:
         pending = job if isinstance(job, PendingDispatch) else PendingDispatch(job)
         queue, job_id, envelope, _, priority = prepare(
             pending, self.app.signer, max_bytes=self.app.max_payload_bytes
@@ -435,7 +437,7 @@ class Checker:
         deadline = time.monotonic() + 30
         while True:
             try:
-                rq.push(queue, [(job_id, envelope)], 0, priority, group)
+                rq.push(queue, [(job_id, envelope)], delay_s, priority, group)
                 return job_id, envelope
             except QueueUnavailable:
                 # The push may have landed: send the very same id and envelope again.
@@ -521,6 +523,14 @@ class Checker:
         t0 = time.monotonic()
         todo = list(jobs)
         control_until = 1.6 if self.control else 0.0  # the canceller's time
+        if self.control:
+            # One cancel of a job surely waiting (delayed a minute) in every seed: the
+            # random canceller meets waiting jobs only while the workers are busy, which
+            # a loaded machine can make rare (3 seeds beside two CPU hogs met none).
+            name, arg = f"s{seed}w", f"s{seed}w:waiting"
+            job_id, envelope = self._push(Rec(name, arg), delay_s=60.0)
+            sent[job_id] = _Sent(name, arg, envelope, False)
+            self._cancel(job_id, name, cancels)
 
         def busy() -> bool:
             return time.monotonic() - t0 < control_until
