@@ -376,7 +376,11 @@ def _resolve_kind(resolve: Resolver, path: str, tag: str) -> type[Any]:
     asked every time (it enforces the allowed modules of its App); only the kind check
     of a class already found to fit is remembered.
     """
-    cls = resolve(path)
+    return _kind(resolve(path), path, tag)
+
+
+def _kind(cls: type[Any], path: str, tag: str) -> type[Any]:
+    """``cls`` (resolved from ``path``) if it is the kind of class ``tag`` stands for."""
     fitting = _FITTING[tag]
     try:
         if cls in fitting:
@@ -437,8 +441,8 @@ def decode(data: Any, resolve: Resolver) -> Any:
                 fit = cls in _FITTING[tag]
             except TypeError:
                 fit = False
-            if not fit:
-                cls = _resolve_kind(resolve, data["c"], tag)
+            if not fit:  # checked once per class (resolve is not asked again)
+                cls = _kind(cls, data["c"], tag)
             obj = object.__new__(cls)
             # Bypass __init__/__post_init__: the object is restored, not created anew.
             # Past any __setattr__ of the class (a frozen dataclass's refuses): where it
