@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 import redis.asyncio
 
+from tidings._clock import delay_ms
 from tidings.moves.queues import DONE_KEEP_MS, DONE_MAX
 from tidings.redis import scripts
 from tidings.redis.keys import QueueKeys
@@ -212,7 +213,7 @@ class Broker:
         ]
         args: list[scripts.Arg] = [
             job.id,
-            int(delay_s * 1000),
+            delay_ms(delay_s),
             int(uncount),
             int(exception),
             job.token,

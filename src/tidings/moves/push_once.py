@@ -10,6 +10,7 @@ any lease, and refuses an id whose body is still queued.
 
 from __future__ import annotations
 
+from tidings._clock import delay_ms
 from tidings.moves.queues import RedisQueue
 from tidings.redis import scripts
 from tidings.redis.keys import once_key
@@ -23,7 +24,7 @@ def _call(
 ) -> tuple[list[str], list[Arg]]:
     k = rq.keys(queue)
     keys = [k.ready, k.delayed, k.notify, k.jobs, once_key(rq.prefix, queue, job_id)]
-    args: list[Arg] = [job_id, envelope, int(delay_s * 1000), int(ONCE_KEEP_S * 1000)]
+    args: list[Arg] = [job_id, envelope, delay_ms(delay_s), int(ONCE_KEEP_S * 1000)]
     if priority:
         keys += [k.prio, k.pseq, k.attempts]
         args.append(priority)

@@ -29,6 +29,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from tidings._clock import delay_ms
 from tidings.errors import QueueUnavailable
 from tidings.moves.batch_members import reopen_failed_members
 from tidings.moves.coalesce import AsyncPushCoalescer, PushCoalescer
@@ -387,7 +388,7 @@ class RedisQueue:
                 args += (job_id, envelope)
             keys = [k.jobs, k.done, k.failed, k.attempts, k.notify, k.delayed]
             keys += [k.gon, k.gring, k.gcfg, k.pseq]
-            return scripts.PUSH_GROUP, keys, [group, int(delay_s * 1000), one, *args]
+            return scripts.PUSH_GROUP, keys, [group, delay_ms(delay_s), one, *args]
         if isinstance(priority, int):
             if not priority and delay_s <= 0:
                 for job_id, envelope in items:
@@ -404,7 +405,7 @@ class RedisQueue:
             return (
                 scripts.LATER,
                 [k.delayed, k.notify, k.jobs, k.done, k.failed, k.attempts, k.pseq],
-                [int(delay_s * 1000), *args],
+                [delay_ms(delay_s), *args],
             )
         if not any(priorities):
             for job_id, envelope in items:

@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tidings._clock import delay_ms
 from tidings.hosts import AppHost, WorkflowHost
 from tidings.jobs.compose import build_body, default_delay, new_id, priority_of, result_options
 from tidings.jobs.job import Job, PendingDispatch, option
@@ -145,7 +146,7 @@ def _prepare(app: AppHost, pending: PendingDispatch, guard: Guard) -> _Prepared:
     keys = [k.ready, k.delayed, k.notify, k.jobs, unique_key(rq.prefix, queue, guard.name)]
     keys += [k.done, k.failed]  # a re-sent push of a job that already ran is refused
     keys += [k.attempts, k.prio, k.pseq]
-    args = [job_id, envelope, int(delay * 1000), max(1, int(guard.window_s * 1000)), priority]
+    args = [job_id, envelope, delay_ms(delay), max(1, int(guard.window_s * 1000)), priority]
     return _Prepared(rq, queue, job_id, envelope, delay, scripts.UNIQUE_PUSH, keys, args)
 
 
