@@ -781,6 +781,9 @@ def test_notify_worker_cancel_and_status_commands(app: App, prefix: str) -> None
     out = runner.invoke(main, ["-A", f"{MODULE}:CLI_APP", "cancel", job_id, "f" * 32])
     assert f"{job_id}: cancelled" in out.output
     assert f"{'f' * 32}: no such job" in out.output and out.exit_code == 1
+    # Sent again before a worker settled it: the same answer (a re-sent cancel), no note.
+    out = runner.invoke(main, ["-A", f"{MODULE}:CLI_APP", "cancel", job_id])
+    assert out.output.endswith(f"\n{job_id}: cancelled\n") and out.exit_code == 0
     out = runner.invoke(main, ["-A", f"{MODULE}:CLI_APP", "status", job_id, "--json"])
     assert '"status":"cancelled"' in out.output
 

@@ -458,12 +458,7 @@ def cancel(ctx: click.Context, ids: tuple[str, ...], queue: str | None) -> None:
             missing += 1
             click.echo(f"{escape(job_id)}: no such job")
             continue
-        if out.changed:
-            note = ""
-        elif out == "failing":
-            note = " (its run failed; the failure is being recorded: too late, nothing changed)"
-        else:
-            note = " (finished already: nothing changed)"
+        note = f" ({out.note})" if out.note else ""
         click.echo(f"{escape(job_id)}: {out}{note}")
     if missing:
         sys.exit(1)

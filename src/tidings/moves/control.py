@@ -37,26 +37,36 @@ class CancelOutcome(str):
     ``"failed"``, ``"cancelled already"`` (it had finished: nothing changed), or
     ``"failing"`` (its run failed and its worker is recording the failure: too late,
     nothing changed).
-    ``changed`` tells the first two from the rest; ``queue`` is where it was found."""
+    ``changed`` tells the first two from the rest; ``queue`` is where it was found;
+    ``note`` says why nothing changed ("" when something did)."""
 
     changed: bool
     queue: str
+    note: str
 
     @classmethod
-    def of(cls, text: str, *, changed: bool, queue: str) -> CancelOutcome:
+    def of(cls, text: str, *, changed: bool, queue: str, note: str = "") -> CancelOutcome:
         out = cls(text)
         out.changed = changed
         out.queue = queue
+        out.note = note
         return out
 
 
+_FINISHED = "finished already: nothing changed"
+
+#: The script's answer -> (what app.cancel says, whether it changed anything, why not).
 _CANCEL_REPLIES = {
-    "pending": ("cancelled", True),
-    "running": ("cancelling", True),
-    "done": ("done", False),
-    "failed": ("failed", False),
-    "cancelled": ("cancelled already", False),
-    "failing": ("failing", False),
+    "pending": ("cancelled", True, ""),
+    "running": ("cancelling", True, ""),
+    "done": ("done", False, _FINISHED),
+    "failed": ("failed", False, _FINISHED),
+    "cancelled": ("cancelled already", False, _FINISHED),
+    "failing": (
+        "failing",
+        False,
+        "its run failed; the failure is being recorded: too late, nothing changed",
+    ),
 }
 
 
@@ -77,8 +87,8 @@ def _cancel_reply(raw: Any, job_id: str, queue: str) -> CancelOutcome | None:
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
     if text == "missing":
         return None
-    said, changed = _CANCEL_REPLIES[text]
-    return CancelOutcome.of(said, changed=changed, queue=queue)
+    said, changed, note = _CANCEL_REPLIES[text]
+    return CancelOutcome.of(said, changed=changed, queue=queue, note=note)
 
 
 def _not_found(job_id: str, queues: Sequence[str]) -> JobNotFound:
