@@ -8,8 +8,6 @@ not show up in the figures, and it is stopped by its PID.
 
 from __future__ import annotations
 
-from typing import Any
-
 import os
 import shutil
 import socket
@@ -20,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 

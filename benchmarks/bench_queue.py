@@ -111,8 +111,8 @@ def _app() -> Any:
 
 def sample_envelope() -> bytes:
     """The envelope a NoOpJob is pushed as (to size the baselines' payloads)."""
-    from tidings.jobs.job import PendingDispatch
     from tidings.jobs.compose import prepare
+    from tidings.jobs.job import PendingDispatch
 
     b = _app()
     _, _, envelope, _, _ = prepare(

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _redis import bench_redis  # noqa: E402
+from _redis import bench_redis
 
 
 @dataclass

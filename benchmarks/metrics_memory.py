@@ -2,9 +2,10 @@
 
     python benchmarks/metrics_memory.py [--jobs 100000] [--queues 3] [--classes 10]
 
-1. ``--jobs`` lifecycle events go through a :class:`~tidings.observability.metrics.Meter` exactly as a
-   worker's would (start + outcome per job) and are flushed once a simulated second, all
-   in the current minute; the bytes of every metrics key are summed (``MEMORY USAGE``).
+1. ``--jobs`` lifecycle events go through a
+   :class:`~tidings.observability.metrics.Meter` exactly as a worker's would (start +
+   outcome per job) and are flushed once a simulated second, all in the current minute;
+   the bytes of every metrics key are summed (``MEMORY USAGE``).
 2. The steady state of a busy deployment: every queue x class active in every minute of
    the retention window (120 minute buckets; per-job timings at their cap in each of the
    last 60 minutes). This is the most the metrics can hold, whatever the job count, so
@@ -22,11 +23,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import redis  # noqa: E402
+import redis
 
-from benchmarks._redis import bench_redis  # noqa: E402
-from tidings.observability.metrics import JOB_TIMING_CAP, RETAIN_S, Meter  # noqa: E402
-from tidings.observability.lifecycle import JobFailed, JobProcessed, JobProcessing  # noqa: E402
+from benchmarks._redis import bench_redis
+from tidings.observability.lifecycle import JobFailed, JobProcessed, JobProcessing
+from tidings.observability.metrics import JOB_TIMING_CAP, RETAIN_S, Meter
 
 
 def stats_bytes(client: redis.Redis, prefix: str) -> tuple[int, int]:

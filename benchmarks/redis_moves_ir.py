@@ -148,8 +148,11 @@ def _one(src: str, n: int, batch: int, callgrind: bool) -> dict[str, float]:
         proc.wait(timeout=60)
     if callgrind:
         ir = _ir(work, ("evalGenericCommand", "serverCron"))
-        result.update(ir_total=ir.get("total", 0) / n, ir_scripts=ir.get("evalGenericCommand", 0) / n,
-                      ir_cron=ir.get("serverCron", 0) / n)  # fmt: skip
+        result.update(
+            ir_total=ir.get("total", 0) / n,
+            ir_scripts=ir.get("evalGenericCommand", 0) / n,
+            ir_cron=ir.get("serverCron", 0) / n,
+        )
     shutil.rmtree(work, ignore_errors=True)
     return result
 

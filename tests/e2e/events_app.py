@@ -30,8 +30,8 @@ from typing import Any
 import orjson
 
 from tidings import App, Event, Listener, ShouldQueue, queued
-from tidings.wire import serializer
 from tidings.observability.lifecycle import JobFailed, JobProcessed, JobProcessing
+from tidings.wire import serializer
 
 _app: App | None = None
 

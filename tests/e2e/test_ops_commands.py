@@ -51,8 +51,9 @@ class Hello(Job):
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
+    dropped = ("REDIS_URL", "PYTHONPATH")
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TIDINGS_", "DJANGO_")) and k not in ("REDIS_URL", "PYTHONPATH")}  # fmt: skip
+           if not k.startswith(("TIDINGS_", "DJANGO_")) and k not in dropped}  # fmt: skip
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env

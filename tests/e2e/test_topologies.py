@@ -291,7 +291,7 @@ def test_a_cancel_whose_message_was_missed_reaches_the_job_at_its_next_renewal(
     job_id = Crawler("missed").dispatch()
     wait_for(lambda: _hget(e, "started", "missed") == "1", 30, message="the job started")
     rq = e.app.queue_for(None)
-    keys, args = _cancel_move(rq, rq.keys("default"), job_id)
+    keys, _args = _cancel_move(rq, rq.keys("default"), job_id)
     t0 = time.time()
     assert scripts.CANCEL.call(rq.client, keys, [job_id, f"{e.prefix}:nobody"]) == b"running"
     wait_for(lambda: _hget(e, "crawl", "missed") == "cancelled", 15,

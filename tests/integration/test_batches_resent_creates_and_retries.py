@@ -22,9 +22,9 @@ from tests.integration.workflows_support import execs, start_worker, stop_all, w
 from tests.support import FaultProxy, Proc
 from tidings import App
 from tidings.errors import QueueUnavailable
+from tidings.redis.keys import BatchKeys
 from tidings.redis.scripts import BATCH_CREATE, BATCH_RETRY
 from tidings.workflows.batch import BatchInfo, batch, list_batches, prune_batches
-from tidings.redis.keys import BatchKeys
 
 
 class ReplyProxy(FaultProxy):

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from tests.integration.two_connections_app import make_app
 from tests.integration.breakable_jobs import Mendable, chain_failed, chain_failed_queued
+from tests.integration.two_connections_app import make_app
 from tests.integration.workflows_app import Fail, Record, UniqueUntilStart
 from tests.integration.workflows_support import ROOT, execs, order, stop_all, wait_until
 from tests.support import Proc, python_cmd

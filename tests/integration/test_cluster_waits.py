@@ -18,11 +18,11 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import RedisClusterException, ResponseError
 
 from tests.support.topology import ClusterGroup
-from tidings.redis import scripts
 from tidings.moves.consume import Broker, pop_result
+from tidings.moves.queues import RedisQueue
+from tidings.redis import scripts
 from tidings.redis.clients import async_client
 from tidings.redis.errors import is_transient
-from tidings.moves.queues import RedisQueue
 from tidings.worker.wakeup import SlotWaits, Waiter, make_waiter
 
 from .test_lua_scripts import envelope

@@ -248,7 +248,7 @@ def test_limit_keeps_what_it_is_not_given_and_none_removes_it(app: App, r: redis
     assert app.groups.show("acme").rate_per_s is None and app.groups.show("acme").concurrency == 4
     app.groups.limit("acme", concurrency=None)
     assert r.hlen(cfg) == 0
-    with pytest.raises(ValidationError, match="burst=.*rate="):
+    with pytest.raises(ValidationError, match=r"burst=.*rate="):
         app.groups.limit("acme", burst=2)
 
 

@@ -153,7 +153,7 @@ def test_a_slot_held_past_its_lease_comes_back_and_never_doubles(rq: RedisQueue)
     groups(rq).limit("acme", concurrency=1)
     rq.push("default", [envelope(), envelope()], group="acme")
     # A worker takes the one slot, then dies (its lease is short and never renewed).
-    [first] = pop(rq, 5, lease_s=0.3).jobs
+    [_first] = pop(rq, 5, lease_s=0.3).jobs
     assert pop(rq, 5).jobs == []  # at its concurrency: nothing more from acme
     assert r.scard(k.group("gr", "acme")) == 1
     import time

@@ -431,9 +431,7 @@ def test_extend_failing_marks_the_job_so_a_cancel_answers_failing(rq: RedisQueue
         assert out == "failing" and not out.changed
     assert r.hget(k.attempts, f"{a[0]}:c") is None  # not marked cancelled
     # A plain renewal marks nothing; a stale token marks nothing.
-    assert run(rq, lambda br: br.extend(k, [(b[0], tokens[b[0]] - 1)], failing=True)).lost == [
-        b[0]
-    ]
+    assert run(rq, lambda br: br.extend(k, [(b[0], tokens[b[0]] - 1)], failing=True)).lost == [b[0]]
     assert r.hget(k.attempts, f"{b[0]}:f") is None
 
 

@@ -32,8 +32,8 @@ import redis
 from tidings import App, Event, Listener, ShouldQueue, queued
 from tidings.errors import JobTimeout, MaxAttemptsExceeded, SerializationError
 from tidings.events.call_queued import CallQueuedListener
-from tidings.observability.lifecycle import JobFailed, JobProcessed, JobProcessing, JobQueued
 from tidings.jobs.job import PendingDispatch
+from tidings.observability.lifecycle import JobFailed, JobProcessed, JobProcessing, JobQueued
 from tidings.wire.envelope import JobBody, open_envelope
 from tidings.worker.worker import Worker, WorkerOptions
 

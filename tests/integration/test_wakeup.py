@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.support.topology import client_for_url
-from tidings.redis import scripts
 from tidings.moves.consume import Broker, PopResult, pop_result
-from tidings.redis.clients import async_client
 from tidings.moves.queues import RedisQueue
+from tidings.redis import scripts
+from tidings.redis.clients import async_client
 from tidings.worker.wakeup import Waiter, make_waiter
 
 from .test_lua_scripts import envelope

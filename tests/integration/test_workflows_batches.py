@@ -26,10 +26,10 @@ from tests.integration.workflows_support import ROOT, execs, start_worker, stop_
 from tests.support import Proc
 from tests.support.topology import client_for_url
 from tidings import App
+from tidings.jobs.compose import new_id
+from tidings.redis.keys import BatchKeys
 from tidings.redis.scripts import BATCH_CREATE, BATCH_RECORD
 from tidings.workflows.batch import BatchInfo, batch, failed_job_ids
-from tidings.redis.keys import BatchKeys
-from tidings.jobs.compose import new_id
 
 
 @pytest.fixture

@@ -24,8 +24,8 @@ from tests.integration.workflows_app import (
 from tests.integration.workflows_support import execs, order, start_worker, stop_all, wait_until
 from tests.support import Proc
 from tidings import App, CallQueuedListener, chain
-from tidings.moves.push_once import push_once
 from tidings.jobs.compose import new_id
+from tidings.moves.push_once import push_once
 
 
 @pytest.fixture

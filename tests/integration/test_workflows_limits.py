@@ -27,9 +27,9 @@ from tests.integration.workflows_support import execs, order, start_worker, stop
 from tests.support import Proc
 from tidings import App, Listener
 from tidings.events.call_queued import CallQueuedListener
+from tidings.jobs.limits import RateLimited, Skip
 from tidings.notifications import Notification
 from tidings.notifications.queued import SendQueuedNotification
-from tidings.jobs.limits import RateLimited, Skip
 
 RATE = 10.0
 JOBS = 60

@@ -250,8 +250,10 @@ def test_failed_logins_are_throttled(app: App) -> None:
     async def main() -> None:
         async with client(web) as c:
             token = csrf_of((await c.get("/login")).text)
-            codes = [(await c.post("/login", data={"token": f"guess-{i}", "csrf": token})).status_code
-                     for i in range(30)]  # fmt: skip
+            codes = [
+                (await c.post("/login", data={"token": f"guess-{i}", "csrf": token})).status_code
+                for i in range(30)
+            ]
             assert codes[:10] == [403] * 10 and set(codes[10:]) == {429}, codes
             r = await c.post("/login", data={"token": TOKEN, "csrf": token})
             assert r.status_code == 429 and int(r.headers["retry-after"]) > 0

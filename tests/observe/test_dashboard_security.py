@@ -206,9 +206,9 @@ def test_hostile_values_are_escaped_in_html(app: App) -> None:
     k = rq.keys("<q>")
     hostile = '"><script>alert(1)</script>'
     rq.client.zadd(k.failed, {"id1": 1})
-    rq.client.hset(k.failed_info, "id1",
-                   '{"name": "%s", "exception": "boom %s", "attempts": 1}'
-                   % (hostile.replace('"', '\\"'), hostile.replace('"', '\\"')))  # fmt: skip
+    quoted = hostile.replace('"', '\\"')
+    info = '{"name": "' + quoted + '", "exception": "boom ' + quoted + '", "attempts": 1}'
+    rq.client.hset(k.failed_info, "id1", info)
     rq.client.hset(k.failed_body, "id1", b"not json at all <svg onload=alert(1)>")
     web = create_app(app, auth=Auth())
 

@@ -9,6 +9,7 @@ opentelemetry importable, nothing is imported and no trace field is written.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,8 +24,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tidings import App, Event, Job, Listener, ShouldQueue
-from tidings.observability import tracing
 from tidings.notifications import Notifiable, Notification
+from tidings.observability import tracing
 from tidings.worker.worker import Worker, WorkerOptions
 
 KEY = "tracing-test-key-0123456789abcdef"
@@ -126,7 +127,7 @@ def test_one_trace_from_request_to_channel_send(app: App, spans: InMemorySpanExp
     send = by_name(got, "notify memo")
     chain = [request, event, listener, note, send]
     assert len({s.context.trace_id for s in chain}) == 1  # one trace
-    for parent, child in zip(chain, chain[1:], strict=False):
+    for parent, child in itertools.pairwise(chain):
         assert child.parent is not None and child.parent.span_id == parent.context.span_id, (
             child.name
         )

@@ -60,8 +60,9 @@ def test_settings_remember_their_sources() -> None:
     assert s.where("mail_url") == "Django's EMAIL_* settings"
     assert s.where("sms_url") == "the default"
     with pytest.raises(ConfigurationError, match="read from the environment variable"):
-        Settings.resolve({"redis_url": "redis://x:1"}, {"TIDINGS_KEY": KEY,
-                                                         "TIDINGS_RETRY_AFTER": "soon"})  # fmt: skip
+        Settings.resolve(
+            {"redis_url": "redis://x:1"}, {"TIDINGS_KEY": KEY, "TIDINGS_RETRY_AFTER": "soon"}
+        )
 
 
 def test_the_worker_refusal_names_django_settings_module(monkeypatch: pytest.MonkeyPatch) -> None:

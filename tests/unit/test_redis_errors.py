@@ -26,8 +26,8 @@ from redis.exceptions import (
 )
 
 from tidings.errors import QueueUnavailable
-from tidings.redis.errors import REDIS_ERRORS, is_transient, is_wrong_type
 from tidings.moves.queues import unavailable_guard
+from tidings.redis.errors import REDIS_ERRORS, is_transient, is_wrong_type
 
 
 @pytest.mark.parametrize(

@@ -44,7 +44,7 @@ def test_wait_replicas_must_be_a_whole_number(value: str) -> None:
     from tidings.config import Settings
 
     env = {"TIDINGS_REDIS_URL": "redis://127.0.0.1:1", "TIDINGS_KEY": "k" * 32}
-    with pytest.raises(ConfigurationError, match="wait_replicas|TIDINGS_WAIT_REPLICAS"):
+    with pytest.raises(ConfigurationError, match=r"wait_replicas|TIDINGS_WAIT_REPLICAS"):
         Settings.resolve({}, {**env, "TIDINGS_WAIT_REPLICAS": value})
 
 
