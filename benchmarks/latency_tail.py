@@ -17,35 +17,15 @@ import argparse
 import os
 import secrets
 import statistics
-import time
 
 from benchmarks._redis import bench_redis
-from benchmarks.bench_queue import Ctx, _app, _text, spawn, worker_env
-from benchmarks.peers import LATENCY_PER_S, Peer, _peers, _reset_peer_keys, stop_tree
+from benchmarks.bench_queue import Ctx
+from benchmarks.peers import LATENCY_PER_S, Peer, _peers, latency_records
 
 
 def _round(ctx: Ctx, peer: Peer, seconds: float) -> list[list[float]]:
-    key = _app().mark_key("latency")
-    _reset_peer_keys(ctx)
-    proc = spawn(peer.worker, worker_env(ctx, **peer.env, **peer.latency_env))
-    try:
-        peer.paced_stamps(1.0, 1.0)
-        deadline = time.monotonic() + 60
-        while int(ctx.client.llen(key)) < 1:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{peer.name}: warm-up job never started")
-            time.sleep(0.01)
-        time.sleep(0.5)
-        ctx.client.delete(key)
-        count = peer.paced_stamps(LATENCY_PER_S, seconds)
-        deadline = time.monotonic() + 15
-        while int(ctx.client.llen(key)) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
-    finally:
-        stop_tree(peer, proc)
-    rows = [[float(x) for x in _text(r).split(",")] for r in ctx.client.lrange(key, 0, -1)]
-    _reset_peer_keys(ctx)
-    return rows
+    records, _count = latency_records(ctx, peer, seconds)
+    return [[float(x) for x in r.split(",")] for r in records]
 
 
 def _cuts(values: list[float]) -> str:

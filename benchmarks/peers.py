@@ -480,6 +480,13 @@ def _poll_drain(pending: Callable[[], int], n: int, procs: list[subprocess.Popen
 
 def _latency(ctx: Ctx, peer: Peer, duration_s: float) -> tuple[list[float], int]:
     """Enqueue->start seconds of stamp jobs at 50/s to one idle worker; and how many sent."""
+    records, count = latency_records(ctx, peer, duration_s)
+    return [float(r.split(",")[0]) for r in records], count
+
+
+def latency_records(ctx: Ctx, peer: Peer, duration_s: float) -> tuple[list[str], int]:
+    """The records of stamp jobs sent at 50/s to one idle worker (``enqueue->start``
+    first, then what a tidings stamp adds; see ``bench_app.Stamp``); and how many sent."""
     key = _app().mark_key("latency")
     _reset_peer_keys(ctx)
     if peer.prepare is not None:
@@ -502,9 +509,9 @@ def _latency(ctx: Ctx, peer: Peer, duration_s: float) -> tuple[list[float], int]
             time.sleep(0.05)
     finally:
         stop_tree(peer, proc)
-    values = [float(_text(r).split(",")[0]) for r in ctx.client.lrange(key, 0, -1)]
+    records = [_text(r) for r in ctx.client.lrange(key, 0, -1)]
     _reset_peer_keys(ctx)
-    return values, count
+    return records, count
 
 
 def peer_rows(ctx: Ctx) -> list[Row]:
