@@ -712,6 +712,9 @@ def test_the_reserved_zset_is_a_skiplist_while_jobs_are_held_and_goes_when_empty
     assert r.object("encoding", k.reserved) == b"skiplist"
     assert r.zcard(k.reserved) == 3
     assert rq.sizes(["default"])["default"]["reserved"] == 2
+    (name,) = r.zrangebyscore(k.reserved, "+inf", "+inf")
+    assert rq.status(name.decode(), ["default"]) is None  # the mark's name is no job
+    assert rq.status(held_jobs[0].id, ["default"]) == "reserved"
     ack(rq, [held_jobs[0].id])
     assert r.object("encoding", k.reserved) == b"skiplist"
     ack(rq, [held_jobs[1].id])

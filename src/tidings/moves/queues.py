@@ -653,6 +653,8 @@ class RedisQueue:
                 if replies is None:
                     continue
                 reserved, delayed, exists, failed, done, cancelled, marked = replies
+                if reserved == math.inf:  # the reserved zset's skiplist mark, not a job
+                    reserved = None
                 if cancelled is not None or (marked and reserved is None and exists):
                     return "cancelled"
                 if reserved is not None:
