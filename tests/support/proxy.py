@@ -254,6 +254,10 @@ class FaultProxy:
                 for pump in pumps:
                     pump.cancel()
                 await asyncio.gather(*pumps, return_exceptions=True)
+        except asyncio.CancelledError:
+            # stop() cancels the connections' handlers: end quietly. (On 3.11 a handler
+            # task left cancelled is logged by asyncio's stream callback as an error.)
+            pass
         finally:
             self._close(link)
             self._links.discard(link)
