@@ -2,7 +2,7 @@
 
 The peers harness pools 750 samples (3 rounds of 5 s at 50 jobs/s): its p99 is the 8th
 worst sample, and one slow moment of the machine moves it. This runs the same latency
-rounds (``peers._latency``'s way: one idle worker, one warm-up stamp, 50 stamps/s) for
+rounds (``peers.latency_records``: one idle worker, one warm-up stamp, 50 stamps/s) for
 longer, tidings sync, tidings async and huey taking turns, and prints p50 / p90 / p99 /
 p99.9 of each with more samples. For tidings it also splits each of its slowest 1 %:
 dispatch -> ``JobProcessing`` heard in the worker (the push, Redis, the wake-up, the pop)
